@@ -1,0 +1,154 @@
+"""Timing harness: devices, per-phase wall clocks, peak memory and the run environment."""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+DEVICE_CHOICES = ("auto", "cpu", "cuda")
+PHASES = ("setup", "train", "sample", "evaluate")
+
+
+def resolve_device(choice: str) -> torch.device:
+    """Turn ``auto|cpu|cuda`` into a device; ``auto`` picks CUDA when present."""
+    if choice not in DEVICE_CHOICES:
+        raise ValueError(f"unknown device {choice!r}; valid: {', '.join(DEVICE_CHOICES)}")
+    if choice == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda was asked for but torch sees no CUDA device (torch.cuda.is_available() is False)")
+    return torch.device(choice)
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued kernels on ``device`` so that a clock read covers them."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class PhaseTimer:
+    """Accumulates wall-clock seconds per named phase.
+
+    On CUDA the device is synchronised before each clock read and the GPU time
+    of each phase is also measured with CUDA events (``gpu_timings``).
+
+    Example:
+        >>> timer = PhaseTimer(torch.device("cpu"))
+        >>> with timer.phase("train"):
+        ...     _ = sum(range(10))
+        >>> sorted(timer.timings)
+        ['train']
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.timings: dict[str, float] = {}
+        self.gpu_timings: dict[str, float] = {}
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time the enclosed block under ``name`` (times add up over repeated phases)."""
+        cuda = self.device.type == "cuda"
+        if cuda:
+            start_event = torch.cuda.Event(enable_timing=True)
+            end_event = torch.cuda.Event(enable_timing=True)
+            synchronize(self.device)
+            start_event.record()
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            if cuda:
+                end_event.record()
+                synchronize(self.device)
+                gpu_s = start_event.elapsed_time(end_event) / 1000.0
+                self.gpu_timings[name] = self.gpu_timings.get(name, 0.0) + gpu_s
+            self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start
+
+
+class PeakMemory:
+    """Peak memory over a block: GPU bytes allocated on CUDA, resident set size on CPU.
+
+    On Linux the process's RSS high-water mark is reset at the start (through
+    ``/proc/self/clear_refs``), so the peak belongs to this block alone; where
+    that is impossible the process-lifetime peak is reported and ``scope``
+    says so.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.peak_bytes: int | None = None
+        self.kind = "cuda_allocated" if device.type == "cuda" else "rss"
+        self.scope = "block"
+
+    def __enter__(self) -> PeakMemory:
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            try:
+                Path("/proc/self/clear_refs").write_text("5")
+            except OSError:
+                self.scope = "process"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.device.type == "cuda":
+            self.peak_bytes = int(torch.cuda.max_memory_allocated(self.device))
+            return
+        self.peak_bytes = _rss_high_water_mark()
+
+
+def _rss_high_water_mark() -> int:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss is bytes on macOS, KiB on Linux
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * scale
+
+
+def git_revision(path: Path | None = None) -> str | None:
+    """Commit SHA of the checkout (with ``-dirty`` if modified), or None outside git."""
+    cwd = path or Path(__file__).resolve().parent.parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10)
+        if sha.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                               capture_output=True, text=True, timeout=10)
+        return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def environment(device: torch.device, dtype: str) -> dict[str, Any]:
+    """Where and with what a run happened: device, dtype, versions, machine."""
+    import numpy
+
+    info: dict[str, Any] = {
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
+        "dtype": dtype,
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "git": git_revision(),
+    }
+    if device.type == "cuda":
+        info["cuda"] = torch.version.cuda
+    return info

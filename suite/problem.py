@@ -1,0 +1,117 @@
+"""The ``Problem`` contract: a transdimensional target on a saturated space.
+
+A problem is data plus a log density. Models are addressed by ``model_index``
+(int64 tensors); parameters by saturated vectors ``theta`` of shape
+``[B, dim_max]`` in the problem's unconstrained space, of which only the
+coordinates in ``mask(model_index)`` are active. Everything is batched and
+differentiable in torch; float64 is the default, float32 is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import torch
+from torch import Tensor
+
+from suite.model_space import ModelSpace
+from suite.types import Draws, ModelProbs
+
+
+class Problem(ABC):
+    """A target pi(m, theta_m) proportional to p(D | m, theta_m) p(theta_m | m) p(m)."""
+
+    #: Registry name; also the stable name of this log density.
+    name: ClassVar[str]
+    #: Metric the leaderboard sorts by (lower is better).
+    main_metric: ClassVar[str] = "model_prob_tv"
+
+    model_space: ModelSpace
+    dim_max: int
+
+    # ------------------------------------------------------------------ contract
+    def config(self) -> dict[str, Any]:
+        """The constructor arguments that define this problem instance (recorded with results)."""
+        return {}
+
+    @abstractmethod
+    def mask(self, model_index: Tensor) -> Tensor:
+        """Active coordinates of each model: bool ``[B, dim_max]``."""
+
+    @abstractmethod
+    def log_model_prior(self, model_index: Tensor) -> Tensor:
+        """Model prior log-probability log p(m), float64 ``[B]``."""
+
+    @abstractmethod
+    def log_joint(self, model_index: Tensor, theta: Tensor) -> Tensor:
+        """Log joint log p(D, theta_m, m) in ``theta``'s dtype, ``[B]``; inactive coordinates ignored.
+
+        Includes the model prior, the parameter prior (with the Jacobian of the
+        unconstraining transform, if any) and the likelihood. Returns ``-inf``
+        where the density is zero or not finite.
+        """
+
+    def context(self, model_index: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
+        """Features describing each model for conditional flows, ``[B, context_dim]`` (default: the mask)."""
+        return self.mask(model_index).to(dtype)
+
+    @property
+    def context_dim(self) -> int:
+        """Width of :meth:`context`."""
+        return self.dim_max
+
+    # --------------------------------------------------------------- ground truth
+    def reference_model_probs(self) -> ModelProbs | None:
+        """Ground-truth model probabilities, or None when unknown."""
+        return None
+
+    def reference_draws(self, num_draws: int, generator: torch.Generator) -> Draws | None:
+        """Gold-standard draws (m, theta_m) from the target in float64, or None when unavailable."""
+        return None
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def num_models(self) -> int | None:
+        """Number of models, or None when not enumerable."""
+        return self.model_space.num_models
+
+    def model_dim(self, model_index: Tensor) -> Tensor:
+        """Number of active coordinates of each model (int64 ``[B]``)."""
+        return self.mask(model_index).sum(-1)
+
+    def unavailable_reason(self) -> str | None:
+        """Why this problem cannot run here (e.g. a missing data file), or None."""
+        return None
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
+        return f"{type(self).__name__}({args})"
+
+
+@runtime_checkable
+class ExactTransport(Protocol):
+    """Optional capability: exact transport maps between each pi(theta | m) and N(0, I).
+
+    ``to_reference`` maps target to reference, ``from_reference`` the reverse;
+    both act on the active coordinates of saturated vectors (inactive ones
+    pass through) and return the log absolute Jacobian determinant of the map
+    they apply.
+    """
+
+    def to_reference(self, model_index: Tensor, theta: Tensor) -> tuple[Tensor, Tensor]:
+        """z = T_m(theta) and log |det dT_m/dtheta|."""
+        ...
+
+    def from_reference(self, model_index: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
+        """theta = T_m^{-1}(z) and log |det dT_m^{-1}/dz|."""
+        ...
+
+
+LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def std_normal_log_prob(x: Tensor) -> Tensor:
+    """Elementwise log N(x; 0, 1)."""
+    return -0.5 * x * x - LOG_SQRT_2PI

@@ -1,0 +1,123 @@
+"""Name -> factory registries for problems and methods, extended through entry points.
+
+Built-in problems and methods register themselves when the ``problems`` and
+``methods`` packages are imported. Other installed distributions add theirs
+through the entry-point groups ``tdbench.problems`` and ``tdbench.methods``:
+each entry point names a ``Problem`` or ``Method`` subclass (or a module that
+registers its classes on import).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import warnings
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import Any, TypeVar
+
+from suite.method import Method
+from suite.problem import Problem
+
+T = TypeVar("T")
+
+_PROBLEMS: dict[str, type[Problem]] = {}
+_METHODS: dict[str, type[Method]] = {}
+_loaded = False
+
+
+class UnknownNameError(KeyError):
+    """A problem or method name that is not registered."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _describe(cls: type) -> str:
+    doc = inspect.getdoc(cls) or ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def _register(table: dict[str, type], base: type, name: str) -> Callable[[type[T]], type[T]]:
+    def decorator(cls: type[T]) -> type[T]:
+        if not (isinstance(cls, type) and issubclass(cls, base)):
+            raise TypeError(f"{cls!r} is not a subclass of {base.__name__}")
+        if name in table and table[name] is not cls:
+            raise ValueError(f"{base.__name__.lower()} name {name!r} is already registered by {table[name]!r}")
+        cls.name = name  # type: ignore[attr-defined]
+        table[name] = cls
+        return cls
+
+    return decorator
+
+
+def register_problem(name: str) -> Callable[[type[T]], type[T]]:
+    """Class decorator that registers a ``Problem`` subclass under ``name``."""
+    return _register(_PROBLEMS, Problem, name)
+
+
+def register_method(name: str) -> Callable[[type[T]], type[T]]:
+    """Class decorator that registers a ``Method`` subclass under ``name``."""
+    return _register(_METHODS, Method, name)
+
+
+def _load_entry_points(group: str, table: dict[str, type], base: type) -> None:
+    for ep in entry_points(group=group):
+        try:
+            obj = ep.load()
+        except Exception as exc:  # a broken plug-in must not break the suite
+            warnings.warn(f"could not load entry point {ep.name!r} of {group}: {exc}", stacklevel=2)
+            continue
+        if isinstance(obj, type) and issubclass(obj, base) and ep.name not in table:
+            _register(table, base, ep.name)(obj)
+
+
+def load_all() -> None:
+    """Import built-in problems and methods and load entry-point plug-ins (once)."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    importlib.import_module("problems")
+    importlib.import_module("methods")
+    _load_entry_points("tdbench.problems", _PROBLEMS, Problem)
+    _load_entry_points("tdbench.methods", _METHODS, Method)
+
+
+def available_problems() -> dict[str, str]:
+    """Registered problem names with their one-line descriptions, sorted by name."""
+    load_all()
+    return {name: _describe(cls) for name, cls in sorted(_PROBLEMS.items())}
+
+
+def available_methods() -> dict[str, str]:
+    """Registered method names with their one-line descriptions, sorted by name."""
+    load_all()
+    return {name: _describe(cls) for name, cls in sorted(_METHODS.items())}
+
+
+def _lookup(table: dict[str, type], kind: str, name: str) -> type:
+    load_all()
+    if name not in table:
+        raise UnknownNameError(f"unknown {kind} {name!r}; valid {kind}s: {', '.join(sorted(table))}")
+    return table[name]
+
+
+def problem_class(name: str) -> type[Problem]:
+    """The class registered under problem ``name``."""
+    return _lookup(_PROBLEMS, "problem", name)
+
+
+def method_class(name: str) -> type[Method]:
+    """The class registered under method ``name``."""
+    return _lookup(_METHODS, "method", name)
+
+
+def make_problem(name: str, **config: Any) -> Problem:
+    """Instantiate the problem registered under ``name``."""
+    return problem_class(name)(**config)
+
+
+def make_method(name: str, **options: Any) -> Method:
+    """Instantiate the method registered under ``name``."""
+    return method_class(name)(**options)

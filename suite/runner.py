@@ -1,0 +1,144 @@
+"""Execute one (problem, method, seed) run under the harness and evaluate it into a record."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from datetime import datetime, timezone
+from typing import Any
+
+import torch
+
+from suite import metrics
+from suite.harness import PeakMemory, PhaseTimer, environment
+from suite.method import Budget, Method, Result
+from suite.problem import Problem
+from suite.types import Draws, ModelProbs
+
+#: Seed of the gold-standard draws, shared by every method and run seed so that
+#: all methods are scored on the same draws.
+EVAL_SEED = 20_231_122
+#: Models stored per record for plots and inspection (the most probable first).
+MAX_MODELS_IN_RECORD = 256
+EVAL_CHUNK = 65_536
+
+
+def gold_draws(problem: Problem, num_draws: int) -> Draws | None:
+    """The gold-standard draws every method is scored on (fixed seed, float64, CPU)."""
+    generator = torch.Generator().manual_seed(EVAL_SEED)
+    return problem.reference_draws(num_draws, generator)
+
+
+def _log_density_on(result: Result, draws: Draws, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    values = []
+    with torch.no_grad():
+        for start in range(0, len(draws), EVAL_CHUNK):
+            m = draws.model_index[start:start + EVAL_CHUNK].to(device)
+            theta = draws.theta[start:start + EVAL_CHUNK].to(device, dtype)
+            values.append(result.log_density(m, theta).to("cpu", torch.float64))
+    return torch.cat(values)
+
+
+def evaluate(problem: Problem, result: Result, draws: Draws | None, device: torch.device,
+             dtype: torch.dtype) -> dict[str, metrics.Estimate]:
+    """Metrics of a finished result against the problem's ground truth."""
+    out: dict[str, metrics.Estimate] = {}
+    truth = problem.reference_model_probs()
+    if truth is not None and result.model_probs is not None:
+        out.update(metrics.model_prob_metrics(truth, result.model_probs))
+    if draws is not None and result.log_density is not None:
+        out["cross_entropy"] = metrics.cross_entropy(_log_density_on(result, draws, device, dtype))
+    return out
+
+
+def _model_table(problem: Problem, estimate: ModelProbs | None) -> dict[str, Any] | None:
+    """The most probable models (by truth, else by estimate) with truth, estimate and its error."""
+    truth = problem.reference_model_probs()
+    ranking = truth if truth is not None else estimate
+    if ranking is None:
+        return None
+    shown = ranking.top(MAX_MODELS_IN_RECORD).index.tolist()
+    if estimate is not None and truth is not None:  # also show models the estimate favours
+        extra = [i for i in estimate.top(16).index.tolist() if i not in set(shown)]
+        shown = shown[:MAX_MODELS_IN_RECORD - len(extra)] + extra
+
+    def lookup(probs: ModelProbs | None, values: torch.Tensor | None) -> list[float] | None:
+        if probs is None or values is None:
+            return None
+        table = dict(zip(probs.index.tolist(), values.tolist(), strict=True))
+        return [table.get(i, 0.0) for i in shown]
+
+    return {
+        "index": shown,
+        "id": [problem.model_space.identifier(i) for i in shown],
+        "truth": lookup(truth, None if truth is None else truth.prob),
+        "estimate": lookup(estimate, None if estimate is None else estimate.prob),
+        "se": lookup(estimate, None if estimate is None else estimate.se),
+        "estimate_total": None if estimate is None else estimate.total(),
+    }
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().tolist()
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def execute(problem: Problem, method: Method, budget: Budget, seed: int, device: torch.device,
+            draws: Draws | None = None) -> dict[str, Any]:
+    """Run ``method`` on ``problem`` once and return its record (never raises for method errors).
+
+    ``draws`` are the gold-standard draws for cross-entropy (see :func:`gold_draws`).
+    """
+    started = datetime.now(timezone.utc).isoformat()
+    settings = method.settings(problem, budget)
+    dtype = method.torch_dtype
+    wall_start = time.perf_counter()
+    error_trace = None
+    with PeakMemory(device) as memory:
+        try:
+            result = method.run(problem, budget, seed, device)
+        except Exception as exc:  # a failing method is a result, not a crash
+            error_trace = traceback.format_exc()
+            result = Result.failed(f"{type(exc).__name__}: {exc}", device=str(device), dtype=method.dtype)
+    method_wall = time.perf_counter() - wall_start
+
+    timer = PhaseTimer(device)
+    scores: dict[str, metrics.Estimate] = {}
+    if result.status == "ok":
+        try:
+            with timer.phase("evaluate"):
+                scores = evaluate(problem, result, draws, device, dtype)
+        except Exception as exc:
+            error_trace = traceback.format_exc()
+            result.status, result.reason = "failed", f"evaluation failed: {type(exc).__name__}: {exc}"
+    timings = {**result.timings, **timer.timings, "method_total": method_wall}
+    scores["walltime_s"] = metrics.Estimate(method_wall)
+
+    return {
+        "problem": problem.name,
+        "problem_config": _jsonable(problem.config()),
+        "method": method.name,
+        "method_options": _jsonable(method.options()),
+        "method_settings": _jsonable(settings),
+        "seed": seed,
+        "budget": {"profile": budget.profile, "num_draws": budget.num_draws},
+        "num_gold_draws": None if draws is None else len(draws),
+        "status": result.status,
+        "reason": result.reason,
+        "traceback": error_trace,
+        "metrics": {k: {"value": v.value, "se": v.se} for k, v in scores.items()},
+        "model_probs": _model_table(problem, result.model_probs),
+        "timings_s": timings,
+        "peak_memory_bytes": memory.peak_bytes,
+        "peak_memory_kind": memory.kind,
+        "peak_memory_scope": memory.scope,
+        "diagnostics": _jsonable(result.diagnostics),
+        "environment": environment(device, method.dtype),
+        "started_at": started,
+        "finished_at": datetime.now(timezone.utc).isoformat(),
+    }
