@@ -14,7 +14,20 @@ from suite.registry import (
 from suite.types import Draws, ModelProbs
 
 __all__ = [
-    "BinarySpace", "Budget", "CategoricalSpace", "Draws", "ExactTransport", "Method", "ModelProbs",
-    "ModelSpace", "Problem", "Result", "available_methods", "available_problems", "make_method",
-    "make_problem", "register_method", "register_problem",
+    "BinarySpace",
+    "Budget",
+    "CategoricalSpace",
+    "Draws",
+    "ExactTransport",
+    "Method",
+    "ModelProbs",
+    "ModelSpace",
+    "Problem",
+    "Result",
+    "available_methods",
+    "available_problems",
+    "make_method",
+    "make_problem",
+    "register_method",
+    "register_problem",
 ]

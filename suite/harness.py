@@ -26,7 +26,9 @@ def resolve_device(choice: str) -> torch.device:
     if choice == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if choice == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda was asked for but torch sees no CUDA device (torch.cuda.is_available() is False)")
+        raise ValueError(
+            "--device cuda was asked for but torch sees no CUDA device (torch.cuda.is_available() is False)"
+        )
     return torch.device(choice)
 
 
@@ -126,8 +128,13 @@ def git_revision(path: Path | None = None) -> str | None:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10)
         if sha.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
-                               capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return None
@@ -137,9 +144,10 @@ def environment(device: torch.device, dtype: str) -> dict[str, Any]:
     """Where and with what a run happened: device, dtype, versions, machine."""
     import numpy
 
+    cpu_name = platform.processor() or platform.machine()
     info: dict[str, Any] = {
         "device": str(device),
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name,
         "dtype": dtype,
         "torch": torch.__version__,
         "numpy": numpy.__version__,

@@ -50,9 +50,9 @@ class ModelSpace(ABC):
         """Raise ValueError if any index lies outside the space."""
         if model_index.dtype != torch.int64:
             raise TypeError(f"model_index must be int64, got {model_index.dtype}")
-        if model_index.numel() and (model_index.min() < 0 or (
-            self.num_models is not None and model_index.max() >= self.num_models
-        )):
+        if model_index.numel() and (
+            model_index.min() < 0 or (self.num_models is not None and model_index.max() >= self.num_models)
+        ):
             raise ValueError(f"model index out of range [0, {self.num_models})")
 
 

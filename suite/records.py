@@ -103,3 +103,8 @@ def check_writable(out: Path) -> None:
         probe.unlink()
     except OSError as exc:
         raise ValueError(f"output folder {str(out)!r} is not writable: {exc.strerror or exc}") from None
+
+
+def read_record(out: Path, key: RunKey) -> dict[str, Any]:
+    """The record of ``key`` under ``out``."""
+    return json.loads(record_path(out, key).read_text())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import torch
@@ -33,14 +33,15 @@ def _log_density_on(result: Result, draws: Draws, device: torch.device, dtype: t
     values = []
     with torch.no_grad():
         for start in range(0, len(draws), EVAL_CHUNK):
-            m = draws.model_index[start:start + EVAL_CHUNK].to(device)
-            theta = draws.theta[start:start + EVAL_CHUNK].to(device, dtype)
+            m = draws.model_index[start : start + EVAL_CHUNK].to(device)
+            theta = draws.theta[start : start + EVAL_CHUNK].to(device, dtype)
             values.append(result.log_density(m, theta).to("cpu", torch.float64))
     return torch.cat(values)
 
 
-def evaluate(problem: Problem, result: Result, draws: Draws | None, device: torch.device,
-             dtype: torch.dtype) -> dict[str, metrics.Estimate]:
+def evaluate(
+    problem: Problem, result: Result, draws: Draws | None, device: torch.device, dtype: torch.dtype
+) -> dict[str, metrics.Estimate]:
     """Metrics of a finished result against the problem's ground truth."""
     out: dict[str, metrics.Estimate] = {}
     truth = problem.reference_model_probs()
@@ -60,7 +61,7 @@ def _model_table(problem: Problem, estimate: ModelProbs | None) -> dict[str, Any
     shown = ranking.top(MAX_MODELS_IN_RECORD).index.tolist()
     if estimate is not None and truth is not None:  # also show models the estimate favours
         extra = [i for i in estimate.top(16).index.tolist() if i not in set(shown)]
-        shown = shown[:MAX_MODELS_IN_RECORD - len(extra)] + extra
+        shown = shown[: MAX_MODELS_IN_RECORD - len(extra)] + extra
 
     def lookup(probs: ModelProbs | None, values: torch.Tensor | None) -> list[float] | None:
         if probs is None or values is None:
@@ -88,13 +89,14 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def execute(problem: Problem, method: Method, budget: Budget, seed: int, device: torch.device,
-            draws: Draws | None = None) -> dict[str, Any]:
+def execute(
+    problem: Problem, method: Method, budget: Budget, seed: int, device: torch.device, draws: Draws | None = None
+) -> dict[str, Any]:
     """Run ``method`` on ``problem`` once and return its record (never raises for method errors).
 
     ``draws`` are the gold-standard draws for cross-entropy (see :func:`gold_draws`).
     """
-    started = datetime.now(timezone.utc).isoformat()
+    started = datetime.now(UTC).isoformat()
     settings = method.settings(problem, budget)
     dtype = method.torch_dtype
     wall_start = time.perf_counter()
@@ -140,5 +142,5 @@ def execute(problem: Problem, method: Method, budget: Budget, seed: int, device:
         "diagnostics": _jsonable(result.diagnostics),
         "environment": environment(device, method.dtype),
         "started_at": started,
-        "finished_at": datetime.now(timezone.utc).isoformat(),
+        "finished_at": datetime.now(UTC).isoformat(),
     }

@@ -54,7 +54,7 @@ def fit_gaussian_per_model(problem: Problem, draws: Draws, model_probs: ModelPro
     def log_density(model_index: Tensor, x: Tensor) -> Tensor:
         out = []
         for s in range(0, x.shape[0], EVAL_CHUNK):
-            m, xs = model_index[s:s + EVAL_CHUNK], x[s:s + EVAL_CHUNK].to(theta.dtype)
+            m, xs = model_index[s : s + EVAL_CHUNK], x[s : s + EVAL_CHUNK].to(theta.dtype)
             slot = torch.searchsorted(visited, m).clamp_max(visited.numel() - 1)
             known = visited[slot] == m
             centred = torch.where(active[slot], xs - mean[slot], torch.zeros_like(xs))

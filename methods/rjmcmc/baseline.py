@@ -106,8 +106,9 @@ class RJMCMCBaseline(Method):
 class _Sampler:
     """One run's mutable sampler: chains, adaptation state and bookkeeping."""
 
-    def __init__(self, problem: Problem, s: dict[str, Any], dtype: torch.dtype, seed: int,
-                 device: torch.device) -> None:
+    def __init__(
+        self, problem: Problem, s: dict[str, Any], dtype: torch.dtype, seed: int, device: torch.device
+    ) -> None:
         self.problem, self.s, self.dtype, self.device = problem, s, dtype, device
         self.timer = PhaseTimer(device)
         self.generator = torch.Generator(device=device).manual_seed(seed)
@@ -135,9 +136,10 @@ class _Sampler:
         self.log_scale = torch.zeros(self.num_groups, dtype=self.dtype, device=self.device)
         self.accepted = torch.zeros(self.num_groups, dtype=self.dtype, device=self.device)
         self.proposed = torch.zeros(self.num_groups, dtype=self.dtype, device=self.device)
-        self._set_jump_table(torch.zeros(self.num_groups, dim, dtype=self.dtype, device=self.device),
-                             torch.full((self.num_groups, dim), float(self.s["aux_scale"]), dtype=self.dtype,
-                                        device=self.device))
+        self._set_jump_table(
+            torch.zeros(self.num_groups, dim, dtype=self.dtype, device=self.device),
+            torch.full((self.num_groups, dim), float(self.s["aux_scale"]), dtype=self.dtype, device=self.device),
+        )
         self._refresh_proposal()
 
     def _set_jump_table(self, loc: Tensor, scale: Tensor) -> None:
@@ -156,7 +158,7 @@ class _Sampler:
     def _standardiser(self, model_index: Tensor, active: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Per-chain location, scale and log-determinant of the jump's standardisation."""
         entries = rows(self.jump_table, self._group(model_index))
-        loc, scale = entries[:, :self._dim], entries[:, self._dim:2 * self._dim]
+        loc, scale = entries[:, : self._dim], entries[:, self._dim : 2 * self._dim]
         if self.per_model:
             return loc, scale, entries[:, -1]
         return loc, scale, row_sum(torch.where(active, rows(self._log_scale, self._group(model_index)), 0.0))
@@ -180,7 +182,7 @@ class _Sampler:
         self._refresh_proposal()
         if self.s["matching"] == "standardised":
             seen_coord = torch.diagonal(count, dim1=-2, dim2=-1) > 0
-            old_loc = self.jump_table[:, :self.problem.dim_max]
+            old_loc = self.jump_table[:, : self.problem.dim_max]
             self._set_jump_table(torch.where(seen_coord, mean, old_loc), torch.diagonal(cov, dim1=-2, dim2=-1).sqrt())
 
     # ------------------------------------------------------------------ loop
@@ -224,8 +226,9 @@ class _Sampler:
                 count_offset = self.chain_group * problem.num_models
                 ones = torch.ones(self.num_chains, dtype=self.dtype, device=self.device)
 
-        bar = tqdm(total=total, desc=f"rjmcmc {problem.name}", leave=False, mininterval=1.0,
-                   disable=not s["progress"] or None)
+        bar = tqdm(
+            total=total, desc=f"rjmcmc {problem.name}", leave=False, mininterval=1.0, disable=not s["progress"] or None
+        )
         with self.timer.phase("train"):  # burn-in with adaptation
             for t in range(burn_in):
                 state = self._iterate(state, adapting=True)
@@ -250,13 +253,15 @@ class _Sampler:
             loop_seconds = time.perf_counter() - loop_start
             bar.close()
             if dense:
-                model_probs = _probs_with_se(counts.view(self.num_chain_groups, -1),
-                                             torch.arange(problem.num_models, device=self.device))
+                model_probs = _probs_with_se(
+                    counts.view(self.num_chain_groups, -1), torch.arange(problem.num_models, device=self.device)
+                )
             else:
                 model_probs = self._sparse_probs(kept_models)
             kept = Draws(kept_models.flatten(), kept_theta.flatten(0, 1))
-            kept = Draws(kept.model_index, torch.where(problem.mask(kept.model_index), kept.theta,
-                                                       torch.zeros_like(kept.theta)))
+            kept = Draws(
+                kept.model_index, torch.where(problem.mask(kept.model_index), kept.theta, torch.zeros_like(kept.theta))
+            )
             log_density = fit_gaussian_per_model(problem, kept, model_probs)
 
         pick = torch.linspace(0, len(kept) - 1, min(budget.num_draws, len(kept)), device=self.device).long()

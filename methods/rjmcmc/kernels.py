@@ -26,7 +26,6 @@ from torch import Tensor
 from suite.problem import LOG_SQRT_2PI, Problem
 from suite.tensor_ops import row_sum
 
-
 #: (model indices [C], their masks [C, D]) -> per-chain location and scale [C, D] of the jump's
 #: standardisation and the log-determinant sum of log scale over active coordinates [C].
 Standardiser = Callable[[Tensor, Tensor], tuple[Tensor, Tensor, Tensor]]
@@ -40,12 +39,14 @@ class ChainState(NamedTuple):
     log_joint: Tensor  # [C]
 
 
-def init_state(problem: Problem, num_chains: int, aux_scale: float, dtype: torch.dtype,
-               generator: torch.Generator) -> ChainState:
+def init_state(
+    problem: Problem, num_chains: int, aux_scale: float, dtype: torch.dtype, generator: torch.Generator
+) -> ChainState:
     """Uniformly drawn models with every coordinate drawn from the auxiliary density."""
     model_index = problem.model_space.sample_uniform(num_chains, generator)
-    theta = aux_scale * torch.randn(num_chains, problem.dim_max, generator=generator, dtype=dtype,
-                                    device=generator.device)
+    theta = aux_scale * torch.randn(
+        num_chains, problem.dim_max, generator=generator, dtype=dtype, device=generator.device
+    )
     return ChainState(model_index, theta, problem.log_joint(model_index, theta))
 
 
@@ -62,8 +63,9 @@ def _select(accept: Tensor, new: Tensor, old: Tensor) -> Tensor:
     return torch.where(accept, new, old)
 
 
-def between_model_move(problem: Problem, state: ChainState, standardiser: Standardiser,
-                       generator: torch.Generator) -> tuple[ChainState, Tensor]:
+def between_model_move(
+    problem: Problem, state: ChainState, standardiser: Standardiser, generator: torch.Generator
+) -> tuple[ChainState, Tensor]:
     """One independent-auxiliary jump per chain; returns the new state and the accept flags.
 
     With per-model location ``a_m`` and scale ``b_m`` (from ``standardiser``),
@@ -108,8 +110,9 @@ def _neg_log_sqrt_2pi(like: Tensor) -> Tensor:
     return _CONSTANTS[key]
 
 
-def random_walk_move(problem: Problem, state: ChainState, chol: Tensor,
-                     generator: torch.Generator) -> tuple[ChainState, Tensor]:
+def random_walk_move(
+    problem: Problem, state: ChainState, chol: Tensor, generator: torch.Generator
+) -> tuple[ChainState, Tensor]:
     """Gaussian random-walk Metropolis on active coordinates with per-chain factors ``chol [C, D, D]``.
 
     The step ``L eps`` restricted to the active set is N(0, (L L^T)_AA), the

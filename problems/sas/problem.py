@@ -57,7 +57,10 @@ class SinhArcsinh(Problem):
         self._cache: dict[tuple[torch.device, torch.dtype], Tensor] = {}
 
     def _table(self, like: Tensor) -> Tensor:
-        """Per-model constants [2, 10]: -eps (0:2), delta (2:4), log delta (4:6), offset (6), has-theta_2 (7), eps (8:10)."""
+        """Per-model constants [2, 10].
+
+        Columns: -eps (0:2), delta (2:4), log delta (4:6), offset (6), has-theta_2 (7), eps (8:10).
+        """
         key = (like.device, like.dtype)
         if key not in self._cache:
             eps = torch.tensor(EPSILON, dtype=torch.float64)
@@ -106,10 +109,12 @@ class SinhArcsinh(Problem):
         """
         theta = torch.where(self.mask(model_index), theta, 0.0)
         inner = torch.addcmul(constants[:, 0:2], constants[:, 2:4], torch.asinh(theta))  # delta asinh(x) - eps
-        # d/dx sinh(delta asinh(x) - eps) = delta cosh(delta asinh(x) - eps) / sqrt(1 + x^2); cosh
-        # overflows only for |theta| beyond ~1e300, where the density is zero anyway (NaN -> -inf).
-        log_dy = torch.add(constants[:, 4:6] + torch.log(torch.cosh(inner)), torch.log1p(theta * theta), alpha=-0.5)
-        return torch.sinh(inner), log_dy
+        y = torch.sinh(inner)
+        # d/dx sinh(delta asinh(x) - eps) = delta cosh(delta asinh(x) - eps) / sqrt(1 + x^2), and
+        # cosh(a) = sqrt(1 + sinh(a)^2), so log |dy/dx| = log delta + (log1p(y^2) - log1p(x^2)) / 2.
+        # y^2 overflows only for |theta| beyond ~1e100, where the density is zero anyway (NaN -> -inf).
+        log_dy = torch.add(constants[:, 4:6], torch.log1p(y * y) - torch.log1p(theta * theta), alpha=0.5)
+        return y, log_dy
 
     def from_reference(self, model_index: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
         """theta = S(L z) on active coordinates, and log |det dtheta/dz|."""

@@ -1,0 +1,211 @@
+"""Command line of ``run_all.py``: plan runs, execute the unfinished ones, print leaderboards."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from suite import records as rec
+from suite.harness import DEVICE_CHOICES, resolve_device
+from suite.leaderboard import format_for_terminal, write_leaderboards
+from suite.method import DTYPES, PROFILES, Budget, Method
+from suite.plots import plot_model_probs
+from suite.problem import Problem
+from suite.registry import available_methods, available_problems, make_method, make_problem
+from suite.runner import execute, gold_draws
+from suite.types import Draws
+
+#: Gold-standard draws per problem used for cross-entropy, by profile.
+EVAL_DRAWS = {"smoke": 2_000, "quick": 10_000, "paper": 100_000}
+DEFAULT_SEEDS = {"smoke": 2, "quick": 3, "paper": 10}
+
+
+class UsageError(ValueError):
+    """Bad command-line input, reported before any work starts."""
+
+
+@dataclass
+class PlannedRun:
+    """One run of the plan."""
+
+    key: rec.RunKey
+    problem: Problem
+    method: Method
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``run_all.py``."""
+    parser = argparse.ArgumentParser(
+        prog="run_all.py",
+        description="Run transdimensional samplers on benchmark problems and print leaderboards. "
+        "With no arguments: the quick profile of every registered problem and method.",
+    )
+    parser.add_argument("--problems", default="all", help="comma-separated problem names, or 'all' (default)")
+    parser.add_argument("--methods", default="all", help="comma-separated method names, or 'all' (default)")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        help="seeds per (problem, method), seeds 0..N-1 (default: 2 smoke, 3 quick, 10 paper)",
+    )
+    parser.add_argument(
+        "--profile",
+        default="quick",
+        choices=PROFILES,
+        help="preset sizes: smoke (seconds), quick (default), paper (the papers' settings)",
+    )
+    parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES, help="auto picks CUDA when present")
+    parser.add_argument("--dtype", default="float64", choices=list(DTYPES), help="floating-point type of the methods")
+    parser.add_argument("--draws", type=int, default=4096, help="posterior draws each run returns (default 4096)")
+    parser.add_argument(
+        "--eval-draws",
+        type=int,
+        default=None,
+        help="gold-standard draws for cross-entropy (default: 2000 smoke, 10000 quick, 100000 paper)",
+    )
+    parser.add_argument("--out", type=Path, default=None, help="results folder (default: results/<profile>)")
+    parser.add_argument("--force", action="store_true", help="re-run runs that already have a record")
+    parser.add_argument("--list", action="store_true", help="list registered problems and methods, then exit")
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    return parser
+
+
+def _parse_names(text: str, valid: dict[str, str], kind: str) -> list[str]:
+    names = list(valid) if text.strip() == "all" else [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise UsageError(f"no {kind}s given; valid {kind}s: {', '.join(valid)}")
+    unknown = [n for n in names if n not in valid]
+    if unknown:
+        raise UsageError(f"unknown {kind}(s) {', '.join(map(repr, unknown))}; valid {kind}s: {', '.join(valid)}")
+    return list(dict.fromkeys(names))
+
+
+def print_registry() -> None:
+    """Print every registered problem and method with its one-line description."""
+    problems, methods = available_problems(), available_methods()
+    width = max(map(len, [*problems, *methods]))
+    print("Problems:")
+    for name, text in problems.items():
+        note = make_problem(name).unavailable_reason()
+        print(f"  {name:<{width}}  {text}" + (f"  [unavailable: {note}]" if note else ""))
+    print("Methods:")
+    for name, text in methods.items():
+        print(f"  {name:<{width}}  {text}")
+
+
+def plan_runs(args: argparse.Namespace, device: torch.device) -> tuple[list[PlannedRun], list[str]]:
+    """Every (problem, method, seed) to run, and notes on combinations left out."""
+    problems = _parse_names(args.problems, available_problems(), "problem")
+    methods = _parse_names(args.methods, available_methods(), "method")
+    plan, notes = [], []
+    for problem_name in problems:
+        problem = make_problem(problem_name)
+        reason = problem.unavailable_reason()
+        if reason:
+            notes.append(f"problem {problem_name} is unavailable: {reason}")
+            continue
+        for method_name in methods:
+            method = make_method(method_name, dtype=args.dtype)
+            why_not = method.supports(problem)
+            if why_not:
+                notes.append(f"{method_name} does not apply to {problem_name}: {why_not}")
+                continue
+            if hasattr(method, "progress"):
+                method.progress = not args.no_progress
+            options = {k: v for k, v in method.options().items() if k != "progress"}
+            config = {
+                "problem_config": problem.config(),
+                "method_options": options,
+                "profile": args.profile,
+                "num_draws": args.draws,
+                "eval_draws": args.eval_draws,
+                "device": device.type,
+            }
+            for seed in range(args.seeds):
+                plan.append(PlannedRun(rec.RunKey(problem_name, method_name, seed, config), problem, method))
+    return plan, notes
+
+
+def _validate(args: argparse.Namespace) -> torch.device:
+    args.seeds = DEFAULT_SEEDS[args.profile] if args.seeds is None else args.seeds
+    args.eval_draws = EVAL_DRAWS[args.profile] if args.eval_draws is None else args.eval_draws
+    args.out = Path("results") / args.profile if args.out is None else args.out
+    for flag, value in (("--seeds", args.seeds), ("--draws", args.draws), ("--eval-draws", args.eval_draws)):
+        if value <= 0:
+            raise UsageError(f"{flag} must be a positive integer, got {value}")
+    try:
+        device = resolve_device(args.device)
+        rec.check_writable(args.out)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return device
+
+
+def run_plan(plan: list[PlannedRun], args: argparse.Namespace, device: torch.device) -> list[dict]:
+    """Execute unfinished runs (all with ``--force``), writing each record as soon as it is done."""
+    rec.remove_stale_temporaries(args.out)
+    todo = [run for run in plan if args.force or not rec.is_finished(args.out, run.key)]
+    skipped = len(plan) - len(todo)
+    if skipped:
+        print(f"{skipped} of {len(plan)} runs already have records in {args.out} (use --force to re-run them)")
+    budget = Budget(profile=args.profile, num_draws=args.draws)
+    gold: dict[str, Draws | None] = {}
+    bar = tqdm(todo, desc="runs", unit="run", disable=args.no_progress or None)
+    for run in bar:
+        bar.set_postfix_str(f"{run.key.problem} / {run.key.method} / seed {run.key.seed}")
+        if run.key.problem not in gold:
+            gold[run.key.problem] = gold_draws(run.problem, args.eval_draws)
+        record = execute(run.problem, run.method, budget, run.key.seed, device, gold[run.key.problem])
+        record["config_hash"] = run.key.config_hash
+        record["run_config"] = run.key.config
+        rec.write_record(args.out, run.key, record)
+        if record["status"] != "ok":
+            tqdm.write(f"FAILED {run.key.problem} / {run.key.method} / seed {run.key.seed}: {record['reason']}")
+    return [rec.read_record(args.out, run.key) for run in plan]
+
+
+def report(records: list[dict], out: Path) -> None:
+    """Write and print the leaderboards and plots of ``records``."""
+    if not records:
+        print("No runs planned: nothing to report.")
+        return
+    tables = write_leaderboards(records, out)
+    for problem, table in tables.items():
+        print()
+        print(format_for_terminal(problem, table))
+        png = plot_model_probs(problem, records, out / f"leaderboard_{problem}.png")
+        if png:
+            print(f"   plot: {png}")
+    print(f"\nRecords, leaderboards (Markdown, CSV) and plots: {out}/")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the process exit code."""
+    args = build_parser().parse_args(argv)
+    if args.list:
+        print_registry()
+        return 0
+    try:
+        device = _validate(args)
+        plan, notes = plan_runs(args, device)
+    except UsageError as exc:
+        print(f"run_all.py: error: {exc}", file=sys.stderr)
+        return 2
+    for note in notes:
+        print(f"note: {note}")
+    print(f"Profile {args.profile}: {len(plan)} runs on {device} ({args.dtype}), results in {args.out}")
+    start = time.perf_counter()
+    try:
+        records = run_plan(plan, args, device)
+    except KeyboardInterrupt:
+        print("\nInterrupted: finished runs are saved; run the same command again to resume.", file=sys.stderr)
+        return 130
+    report(records, args.out)
+    print(f"Total time {time.perf_counter() - start:.1f} s")
+    return 0

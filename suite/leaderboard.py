@@ -1,0 +1,147 @@
+"""Leaderboards: records -> long table -> one summary table per problem (mean and SE over seeds)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from suite.registry import problem_class
+
+LONG_COLUMNS = ["problem", "method", "seed", "config_hash", "metric", "value", "se", "status", "reason"]
+#: Column order of the summary tables (metrics absent for a problem are dropped).
+METRIC_ORDER = ["model_prob_tv", "model_prob_kl", "model_prob_max_abs", "cross_entropy", "walltime_s"]
+LEGEND = "mean ± standard error over seeds; (MC ± x): the estimate's own Monte Carlo error"
+
+
+def long_table(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """One row per (run, metric): problem, method, seed, metric, value, se, status, reason.
+
+    Failed runs keep one row with metric ``status`` so that they are counted
+    and their reasons shown, never silently turned into missing values.
+    """
+    rows = []
+    for rec in records:
+        base = {
+            "problem": rec["problem"],
+            "method": rec["method"],
+            "seed": rec["seed"],
+            "config_hash": rec.get("config_hash"),
+            "status": rec["status"],
+            "reason": rec.get("reason"),
+        }
+        if rec["status"] != "ok":
+            rows.append({**base, "metric": "status", "value": math.nan, "se": math.nan})
+            continue
+        for metric, est in rec.get("metrics", {}).items():
+            se = est.get("se")
+            rows.append({**base, "metric": metric, "value": est["value"], "se": math.nan if se is None else se})
+    return pd.DataFrame(rows, columns=LONG_COLUMNS)
+
+
+def main_metric(problem: str) -> str:
+    """The metric a problem's leaderboard is sorted by."""
+    try:
+        return problem_class(problem).main_metric
+    except KeyError:
+        return "model_prob_tv"
+
+
+def _mean_se(values: pd.Series) -> tuple[float, float]:
+    v = values.to_numpy(dtype=float)
+    if len(v) == 0:
+        return math.nan, math.nan
+    if np.isinf(v).any():
+        return float(np.mean(v)), math.nan
+    return float(np.mean(v)), float(np.std(v, ddof=1) / math.sqrt(len(v))) if len(v) > 1 else math.nan
+
+
+def summary_table(long: pd.DataFrame, problem: str) -> pd.DataFrame:
+    """Per-method mean and standard error over seeds of each metric, best first by the main metric."""
+    sub = long[long["problem"] == problem]
+    metrics = [m for m in METRIC_ORDER if m in set(sub["metric"])]
+    metrics += sorted(set(sub["metric"]) - set(metrics) - {"status"})
+    out = []
+    for method, group in sub.groupby("method", sort=True):
+        ok = group[group["status"] == "ok"]
+        failed = group[group["status"] != "ok"]
+        row: dict[str, Any] = {
+            "method": method,
+            "runs": int(group["seed"].nunique()),
+            "failed": int(failed["seed"].nunique()),
+        }
+        for metric in metrics:
+            values = ok[ok["metric"] == metric]
+            row[metric], row[f"{metric}_se"] = _mean_se(values["value"])
+            if values["se"].notna().any():  # the estimator's own Monte Carlo error, averaged over seeds
+                row[f"{metric}_mc_se"] = float(values["se"].mean())
+        reasons = sorted(set(failed["reason"].dropna()))
+        row["failure_reasons"] = "; ".join(reasons)
+        out.append(row)
+    table = pd.DataFrame(out)
+    if table.empty:
+        return table
+    key = main_metric(problem)
+    if key in table:
+        table = table.sort_values(key, na_position="last", kind="stable")
+    return table.reset_index(drop=True)
+
+
+def _fmt(mean: float, se: float, mc_se: float = math.nan) -> str:
+    if isinstance(mean, float) and math.isnan(mean):
+        return "-"
+    if math.isinf(mean):
+        return "inf"
+    text = f"{mean:.4g}"
+    if not math.isnan(se):
+        text += f" ± {se:.2g}"
+    if not math.isnan(mc_se):
+        text += f" (MC ± {mc_se:.2g})"
+    return text
+
+
+def display_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The summary table with ``mean ± se`` strings, ready to print."""
+    if table.empty:
+        return table
+    metrics = [c for c in table.columns if f"{c}_se" in table.columns]
+    shown = table[["method", "runs", "failed"]].copy()
+    for metric in metrics:
+        mc = table[f"{metric}_mc_se"] if f"{metric}_mc_se" in table else [math.nan] * len(table)
+        shown[metric] = [_fmt(m, s, e) for m, s, e in zip(table[metric], table[f"{metric}_se"], mc, strict=True)]
+    if table["failure_reasons"].str.len().gt(0).any():
+        shown["failure_reasons"] = table["failure_reasons"]
+    return shown
+
+
+def to_markdown(table: pd.DataFrame) -> str:
+    """A GitHub-flavoured Markdown table (no extra dependency)."""
+    cols = [str(c) for c in table.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for _, row in table.iterrows():
+        lines.append("| " + " | ".join(str(v).replace("|", "\\|") for v in row.tolist()) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_leaderboards(records: list[dict[str, Any]], out: Path) -> dict[str, pd.DataFrame]:
+    """Write ``records_long.csv`` and, per problem, ``leaderboard_<problem>.md`` / ``.csv``; return the tables."""
+    out = Path(out)
+    long = long_table(records)
+    long.to_csv(out / "records_long.csv", index=False)
+    tables = {}
+    for problem in sorted(long["problem"].unique()):
+        table = summary_table(long, problem)
+        tables[problem] = table
+        table.to_csv(out / f"leaderboard_{problem}.csv", index=False)
+        title = f"# Leaderboard: {problem}\n\nSorted by `{main_metric(problem)}` (lower is better). {LEGEND}\n\n"
+        (out / f"leaderboard_{problem}.md").write_text(title + to_markdown(display_table(table)))
+    return tables
+
+
+def format_for_terminal(problem: str, table: pd.DataFrame) -> str:
+    """A plain-text rendering of one problem's leaderboard."""
+    header = f"== {problem}  (sorted by {main_metric(problem)}; {LEGEND})"
+    return header + "\n" + display_table(table).to_string(index=False)

@@ -1,0 +1,50 @@
+"""Throughput of rjmcmc-baseline on sas at 1024 chains (run with: pytest tests/benchmarks -m benchmark).
+
+A chain-step is one iteration of one chain: one between-model move plus one
+within-model random-walk move (two chain-moves). Target: >= 1e6 chain-steps/s
+on 2 CPU cores.
+"""
+
+import torch
+
+from methods.rjmcmc.kernels import between_model_move, init_state, random_walk_move
+from suite.method import Budget
+from suite.registry import make_method, make_problem
+from suite.tensor_ops import row_sum, rows
+
+CHAINS = 1024
+
+
+def test_kernel_iteration(benchmark) -> None:
+    """One iteration (jump + random walk) of 1024 chains, kernels only."""
+    problem = make_problem("sas")
+    gen = torch.Generator().manual_seed(0)
+    table = torch.tensor([[-3.6, 0.0, 1.0, 1.0], [2.1, -1.8, 1.0, 1.0]], dtype=torch.float64)
+    chol = torch.eye(2, dtype=torch.float64).expand(CHAINS, 2, 2).contiguous() * 0.5
+
+    def standardiser(m, active):
+        entries = rows(table, m)
+        return entries[:, :2], entries[:, 2:], row_sum(torch.where(active, entries[:, 2:].log(), 0.0))
+
+    with torch.inference_mode():
+        state = init_state(problem, CHAINS, 1.0, torch.float64, gen)
+
+        def iteration():
+            nonlocal state
+            state, _ = between_model_move(problem, state, standardiser, gen)
+            state, _ = random_walk_move(problem, state, chol, gen)
+
+        benchmark.pedantic(iteration, rounds=2000, warmup_rounds=50)
+    benchmark.extra_info["chain_steps_per_s"] = CHAINS / benchmark.stats.stats.mean
+
+
+def test_sampling_phase(benchmark) -> None:
+    """The method's whole post-burn-in loop (kernels plus counting, thinning and bookkeeping)."""
+    method = make_method(
+        "rjmcmc-baseline", num_chains=CHAINS, burn_in=200, num_iterations=3000, thin=10, progress=False
+    )
+    problem = make_problem("sas")
+    result = benchmark.pedantic(lambda: method.run(problem, Budget("quick"), 0, torch.device("cpu")), rounds=3)
+    benchmark.extra_info["chain_steps_per_s"] = result.diagnostics["chain_steps_per_s"]
+    benchmark.extra_info["chain_moves_per_s"] = result.diagnostics["chain_moves_per_s"]
+    print(f"\nrjmcmc-baseline on sas, {CHAINS} chains: {result.diagnostics['chain_steps_per_s']:.3g} chain-steps/s")

@@ -1,0 +1,80 @@
+"""Harness: devices, phase timers, peak memory, and runs that fail."""
+
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from suite.harness import PeakMemory, PhaseTimer, environment, resolve_device
+from suite.method import Budget, Method, Result
+from suite.registry import make_problem
+from suite.runner import execute
+
+
+def test_resolve_device() -> None:
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(ValueError, match="valid: auto, cpu, cuda"):
+        resolve_device("tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA device"):
+            resolve_device("cuda")
+
+
+def test_phase_timer_accumulates() -> None:
+    timer = PhaseTimer(torch.device("cpu"))
+    for _ in range(2):
+        with timer.phase("train"):
+            time.sleep(0.02)
+    assert 0.035 < timer.timings["train"] < 1.0
+
+
+def test_peak_memory_sees_a_large_allocation() -> None:
+    with PeakMemory(torch.device("cpu")) as small:
+        pass
+    with PeakMemory(torch.device("cpu")) as big:
+        block = np.ones(300 * 2**20 // 8)  # 300 MiB, touched
+        del block
+    assert big.peak_bytes - small.peak_bytes > 250 * 2**20 or big.scope == "process"
+
+
+class Exploding(Method):
+    """Raises during run."""
+
+    name = "exploding"
+
+    def run(self, problem, budget, seed, device):
+        raise RuntimeError("boom")
+
+
+class NoDensity(Method):
+    """Returns model probabilities only."""
+
+    name = "no-density"
+
+    def run(self, problem, budget, seed, device):
+        return Result(model_probs=problem.reference_model_probs(), timings={"sample": 0.0})
+
+
+def test_failed_method_becomes_a_failed_record() -> None:
+    record = execute(make_problem("sas"), Exploding(), Budget("smoke"), 0, torch.device("cpu"))
+    assert record["status"] == "failed"
+    assert record["reason"] == "RuntimeError: boom"
+    assert "Traceback" in record["traceback"]
+
+
+def test_record_carries_environment_and_metrics() -> None:
+    record = execute(make_problem("sas"), NoDensity(), Budget("smoke"), 3, torch.device("cpu"))
+    assert record["status"] == "ok" and record["seed"] == 3
+    assert record["metrics"]["model_prob_tv"]["value"] == 0.0
+    assert "cross_entropy" not in record["metrics"]  # no density, no cross-entropy
+    env = record["environment"]
+    assert {"device", "dtype", "torch", "python"} <= set(env) and env["torch"] == torch.__version__
+    assert set(record["timings_s"]) >= {"sample", "evaluate", "method_total"}
+    assert record["peak_memory_bytes"] > 0
+
+
+def test_environment_names_device_and_dtype() -> None:
+    env = environment(torch.device("cpu"), "float32")
+    assert env["device"] == "cpu" and env["dtype"] == "float32"

@@ -1,0 +1,140 @@
+"""Conformance: every registered problem and method must pass these (new ones get them for free)."""
+
+import math
+
+import pytest
+import torch
+
+from suite.method import Budget, Result
+from suite.registry import available_methods, available_problems, make_method, make_problem
+from suite.runner import execute, gold_draws
+
+PROBLEMS = list(available_problems())
+METHODS = list(available_methods())
+
+
+def _problem(name: str):
+    problem = make_problem(name)
+    if problem.unavailable_reason():
+        pytest.skip(problem.unavailable_reason())
+    return problem
+
+
+def _some_models(problem, n: int, gen: torch.Generator) -> torch.Tensor:
+    return problem.model_space.sample_uniform(n, gen)
+
+
+@pytest.mark.parametrize("name", PROBLEMS)
+def test_problem_shapes_and_dtypes(name: str) -> None:
+    problem, gen = _problem(name), torch.Generator().manual_seed(0)
+    m = _some_models(problem, 64, gen)
+    theta = torch.randn(64, problem.dim_max, dtype=torch.float64, generator=gen)
+    mask = problem.mask(m)
+    assert mask.dtype == torch.bool and mask.shape == (64, problem.dim_max)
+    assert problem.log_joint(m, theta).shape == (64,)
+    assert problem.log_joint(m, theta).dtype == torch.float64
+    assert problem.log_joint(m, theta.float()).dtype == torch.float32
+    assert problem.log_model_prior(m).shape == (64,)
+    assert problem.context(m).shape == (64, problem.context_dim)
+
+
+@pytest.mark.parametrize("name", PROBLEMS)
+def test_problem_ignores_inactive_coordinates(name: str) -> None:
+    problem, gen = _problem(name), torch.Generator().manual_seed(1)
+    m = _some_models(problem, 128, gen)
+    theta = torch.randn(128, problem.dim_max, dtype=torch.float64, generator=gen)
+    garbage = torch.where(problem.mask(m), theta, torch.full_like(theta, math.nan))
+    torch.testing.assert_close(problem.log_joint(m, garbage), problem.log_joint(m, theta))
+
+
+@pytest.mark.parametrize("name", PROBLEMS)
+def test_problem_batch_rows_are_independent(name: str) -> None:
+    problem, gen = _problem(name), torch.Generator().manual_seed(2)
+    m = _some_models(problem, 16, gen)
+    theta = torch.randn(16, problem.dim_max, dtype=torch.float64, generator=gen)
+    batched = problem.log_joint(m, theta)
+    single = torch.cat([problem.log_joint(m[i : i + 1], theta[i : i + 1]) for i in range(16)])
+    torch.testing.assert_close(batched, single, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", PROBLEMS)
+def test_problem_float32_agrees_with_float64(name: str) -> None:
+    problem, gen = _problem(name), torch.Generator().manual_seed(3)
+    draws = problem.reference_draws(256, gen)
+    if draws is None:
+        pytest.skip("no reference draws")
+    lp64 = problem.log_joint(draws.model_index, draws.theta)
+    lp32 = problem.log_joint(draws.model_index, draws.theta.float())
+    torch.testing.assert_close(lp32.double(), lp64, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("name", PROBLEMS)
+def test_problem_model_space(name: str) -> None:
+    problem = _problem(name)
+    space = problem.model_space
+    if space.num_models is None:
+        pytest.skip("not enumerable")
+    sample = range(min(space.num_models, 64))
+    assert [space.index(space.identifier(i)) for i in sample] == list(sample)
+    if space.num_models <= 2**16:
+        prior = problem.log_model_prior(space.all_indices())
+        assert torch.logsumexp(prior, 0).item() == pytest.approx(0.0, abs=1e-10)
+
+
+@pytest.mark.parametrize("name", PROBLEMS)
+def test_problem_ground_truth_is_consistent(name: str) -> None:
+    problem = _problem(name)
+    truth = problem.reference_model_probs()
+    if truth is not None and problem.num_models is not None:
+        assert truth.total() == pytest.approx(1.0, abs=1e-9)
+    draws = gold_draws(problem, 40_000)
+    if draws is None:
+        pytest.skip("no reference draws")
+    assert draws.theta.dtype == torch.float64
+    assert (draws.theta[~problem.mask(draws.model_index)] == 0).all()
+    assert torch.isfinite(problem.log_joint(draws.model_index, draws.theta)).all()
+    if truth is not None:
+        freq = torch.bincount(draws.model_index, minlength=problem.num_models).double() / len(draws)
+        p = truth.dense(problem.num_models)
+        se = (p * (1 - p) / len(draws)).sqrt()
+        assert ((freq - p).abs() <= 4.5 * se + 1e-12).all()
+
+
+@pytest.mark.parametrize("method_name", METHODS)
+@pytest.mark.parametrize("name", PROBLEMS)
+def test_method_returns_a_valid_result(method_name: str, name: str) -> None:
+    problem, method = _problem(name), make_method(method_name)
+    if method.supports(problem):
+        pytest.skip(method.supports(problem))
+    result = method.run(problem, Budget("smoke", num_draws=500), seed=0, device=torch.device("cpu"))
+    assert isinstance(result, Result) and result.status == "ok", result.reason
+    if result.model_probs is not None:
+        probs = result.model_probs
+        assert (probs.prob >= 0).all() and probs.total() <= 1 + 1e-9
+        if problem.num_models is not None:
+            assert probs.total() == pytest.approx(1.0, abs=1e-9)
+            assert (probs.index < problem.num_models).all()
+    if result.draws is not None:
+        assert result.draws.theta.shape == (len(result.draws), problem.dim_max) and len(result.draws) <= 500
+    if result.log_density is not None:
+        lq = result.log_density(result.draws.model_index, result.draws.theta)
+        assert lq.shape == (len(result.draws),) and torch.isfinite(lq).all()
+    assert result.timings and all(t >= 0 for t in result.timings.values())
+
+
+@pytest.mark.parametrize("method_name", METHODS)
+def test_method_is_reproducible_by_seed(method_name: str) -> None:
+    problem, method = make_problem("sas"), make_method(method_name)
+    runs = [method.run(problem, Budget("smoke", num_draws=200), seed=s, device=torch.device("cpu")) for s in (5, 5, 6)]
+    assert torch.equal(runs[0].draws.theta, runs[1].draws.theta)
+    assert not torch.equal(runs[0].draws.theta, runs[2].draws.theta)
+
+
+@pytest.mark.parametrize("method_name", METHODS)
+def test_method_runs_through_the_harness(method_name: str) -> None:
+    problem = make_problem("sas")
+    record = execute(
+        problem, make_method(method_name), Budget("smoke"), 0, torch.device("cpu"), gold_draws(problem, 1000)
+    )
+    assert record["status"] == "ok", record["reason"]
+    assert record["method_settings"] and record["environment"]["dtype"] == "float64"

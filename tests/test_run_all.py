@@ -1,0 +1,96 @@
+"""run_all.py end to end: listing, refusing bad input before any work, resuming after a kill."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from suite.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_list_shows_everything_registered(capsys: pytest.CaptureFixture) -> None:
+    assert main(["--list"]) == 0
+    out = capsys.readouterr().out
+    assert "sas" in out and "rjmcmc-baseline" in out and "Sinh-arcsinh" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--methods", "nope"], "unknown method(s) 'nope'; valid methods: rjmcmc-baseline"),
+        (["--problems", "sas,nope"], "unknown problem(s) 'nope'; valid problems: sas"),
+        (["--seeds", "0"], "--seeds must be a positive integer"),
+        (["--draws", "-3"], "--draws must be a positive integer"),
+        (["--eval-draws", "0"], "--eval-draws must be a positive integer"),
+    ],
+)
+def test_bad_input_is_refused_before_work(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    assert message in capsys.readouterr().err
+    assert not list((tmp_path / "out").glob("records/*.json"))
+
+
+def test_unwritable_output_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    assert main(["--out", str(blocker / "sub")]) == 2
+    assert "not writable" in capsys.readouterr().err
+
+
+def test_bad_profile_exits_nonzero() -> None:
+    proc = subprocess.run([sys.executable, "run_all.py", "--profile", "huge"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode != 0 and "quick" in proc.stderr
+
+
+def test_smoke_run_writes_records_and_leaderboard(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    argv = ["--profile", "smoke", "--seeds", "2", "--out", str(tmp_path), "--no-progress", "--eval-draws", "500"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "== sas" in out and "rjmcmc-baseline" in out
+    assert len(list(tmp_path.glob("records/*.json"))) == 4  # 2 methods x 2 seeds
+    assert (tmp_path / "leaderboard_sas.md").exists() and (tmp_path / "leaderboard_sas.png").exists()
+    assert main(argv) == 0
+    assert "4 of 4 runs already have records" in capsys.readouterr().out
+
+
+def test_killed_run_resumes_without_losing_or_duplicating_records(tmp_path: Path) -> None:
+    cmd = [
+        sys.executable,
+        "run_all.py",
+        "--profile",
+        "smoke",
+        "--methods",
+        "rjmcmc-baseline",
+        "--seeds",
+        "8",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+        "--eval-draws",
+        "500",
+    ]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    records = tmp_path / "records"
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list(records.glob("*.json"))) < 2:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = {p.name: p.read_bytes() for p in records.glob("*.json")}
+    assert 2 <= len(before) < 8, "the kill must land mid-run"
+
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert f"{len(before)} of 8 runs already have records" in done.stdout
+    after = {p.name: p.read_bytes() for p in records.glob("*.json")}
+    assert len(after) == 8 and not list(records.glob(".*"))  # all runs, no duplicates, no temporaries
+    assert all(after[name] == data for name, data in before.items())  # finished records untouched
