@@ -91,13 +91,7 @@ class Method(ABC):
     def settings(self, problem: Problem, budget: Budget) -> dict[str, Any]:
         """Resolved options for this problem and budget: constructor values over profile presets."""
         preset = self.profiles.get(budget.profile, {})
-        resolved = {}
-        for key, value in self.options().items():
-            resolved[key] = preset.get(key) if value is None else value
-        missing = [k for k, v in resolved.items() if v is None and k in preset]
-        if missing:
-            raise ValueError(f"{self.name}: no value for {missing} in profile {budget.profile!r}")
-        return resolved
+        return {key: preset.get(key) if value is None else value for key, value in self.options().items()}
 
     def supports(self, problem: Problem) -> str | None:
         """Why this method cannot run on ``problem``, or None if it can."""
