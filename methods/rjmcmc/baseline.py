@@ -118,6 +118,7 @@ class _Sampler:
         self.num_chains = int(s["num_chains"])
         self.num_chain_groups = min(NUM_CHAIN_GROUPS, self.num_chains)
         self.chain_group = torch.arange(self.num_chains, device=device) % self.num_chain_groups
+        self._dim = problem.dim_max
 
     # ------------------------------------------------------------- adaptation
     def _group(self, model_index: Tensor) -> Tensor:
@@ -145,7 +146,6 @@ class _Sampler:
     def _set_jump_table(self, loc: Tensor, scale: Tensor) -> None:
         # One [G, 2 D + 1] table so that a jump needs a single lookup per model; with
         # per-model groups the last column is the model's log-determinant sum_A log b_i.
-        dim = self.problem.dim_max
         if self.per_model:
             active = self.problem.mask(torch.arange(self.num_groups, device=self.device))
             log_det = torch.where(active, scale.log(), torch.zeros_like(scale)).sum(-1, keepdim=True)
@@ -153,7 +153,6 @@ class _Sampler:
             log_det = torch.zeros(self.num_groups, 1, dtype=self.dtype, device=self.device)
         self.jump_table = torch.cat([loc, scale, log_det], dim=-1)
         self._log_scale = scale.log()
-        self._dim = dim
 
     def _standardiser(self, model_index: Tensor, active: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Per-chain location, scale and log-determinant of the jump's standardisation."""
