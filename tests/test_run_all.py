@@ -24,7 +24,7 @@ def test_list_shows_everything_registered(capsys: pytest.CaptureFixture) -> None
     ("argv", "message"),
     [
         (["--methods", "nope"], "unknown method(s) 'nope'; valid methods: rjmcmc-baseline"),
-        (["--problems", "sas,nope"], "unknown problem(s) 'nope'; valid problems: sas"),
+        (["--problems", "sas,nope"], "unknown problem(s) 'nope'; valid problems: linear-dag, "),
         (["--seeds", "0"], "--seeds must be a positive integer"),
         (["--draws", "-3"], "--draws must be a positive integer"),
         (["--eval-draws", "0"], "--eval-draws must be a positive integer"),
@@ -51,7 +51,19 @@ def test_bad_profile_exits_nonzero() -> None:
 
 
 def test_smoke_run_writes_records_and_leaderboard(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    argv = ["--profile", "smoke", "--seeds", "2", "--out", str(tmp_path), "--no-progress", "--eval-draws", "500"]
+    argv = [
+        "--problems",
+        "sas",
+        "--profile",
+        "smoke",
+        "--seeds",
+        "2",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+        "--eval-draws",
+        "500",
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "== sas" in out and "rjmcmc-baseline" in out
@@ -65,6 +77,8 @@ def test_killed_run_resumes_without_losing_or_duplicating_records(tmp_path: Path
     cmd = [
         sys.executable,
         "run_all.py",
+        "--problems",
+        "sas",
         "--profile",
         "smoke",
         "--methods",

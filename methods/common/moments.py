@@ -77,3 +77,25 @@ def safe_cholesky(cov: Tensor) -> Tensor:
             if not bool((info > 0).any()):
                 break
     return chol
+
+
+def grouped_diagonal_moments(group: Tensor, x: Tensor, mask: Tensor, num_groups: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-group masked counts, means and variances of each coordinate, ``[G, D]`` each (O(G D) memory)."""
+    a = mask.to(x.dtype)
+    xa = torch.where(mask, x, torch.zeros_like(x))
+    zeros = torch.zeros(num_groups, x.shape[-1], dtype=x.dtype, device=x.device)
+    count = zeros.index_add(0, group, a)
+    mean = zeros.index_add(0, group, xa) / count.clamp_min(1)
+    centred = torch.where(mask, x - mean.index_select(0, group), torch.zeros_like(x))
+    var = zeros.index_add(0, group, centred * centred) / count.clamp_min(1)
+    return count, mean, var
+
+
+def shrink_to_pooled(count: Tensor, value: Tensor, prior_weight: float, default: float) -> Tensor:
+    """Per-group values ``[G, D]`` shrunk towards their count-weighted pooled value: ``(n v_g + w v) / (n + w)``.
+
+    Coordinates that no group saw take ``default``.
+    """
+    total = count.sum(0)
+    pooled = torch.where(total > 0, (count * value).sum(0) / total.clamp_min(1), torch.full_like(total, default))
+    return (count * value + prior_weight * pooled) / (count + prior_weight)

@@ -11,7 +11,13 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from methods.common.moments import grouped_moments, safe_cholesky, shrunk_covariances
+from methods.common.moments import (
+    grouped_diagonal_moments,
+    grouped_moments,
+    safe_cholesky,
+    shrink_to_pooled,
+    shrunk_covariances,
+)
 from methods.common.sample_density import fit_gaussian_per_model
 from methods.rjmcmc.kernels import ChainState, between_model_move, init_state, random_walk_move
 from suite.harness import PhaseTimer
@@ -29,6 +35,8 @@ MAX_DENSE_COUNTS = 2**22
 #: Iterations per point of the acceptance traces.
 TRACE_BLOCK = 50
 MATCHINGS = ("standardised", "identity")
+#: Largest model space whose jump standardisation is kept per model (a [models, 2 D + 1] table).
+MAX_JUMP_TABLE_MODELS = 2**18
 
 
 @register_method("rjmcmc-baseline")
@@ -115,6 +123,9 @@ class _Sampler:
         num_models = problem.num_models
         self.per_model = num_models is not None and num_models <= s["max_adapted_models"]
         self.num_groups = num_models if self.per_model else 1
+        # Jump standardisations cost O(models x D), so they stay per model in much larger spaces.
+        self.per_model_jump = num_models is not None and num_models <= MAX_JUMP_TABLE_MODELS
+        self.num_jump_groups = num_models if self.per_model_jump else 1
         self.num_chains = int(s["num_chains"])
         self.num_chain_groups = min(NUM_CHAIN_GROUPS, self.num_chains)
         self.chain_group = torch.arange(self.num_chains, device=device) % self.num_chain_groups
@@ -122,8 +133,12 @@ class _Sampler:
 
     # ------------------------------------------------------------- adaptation
     def _group(self, model_index: Tensor) -> Tensor:
-        """Adaptation group of each chain: its model, or 0 when adaptation is pooled."""
+        """Random-walk adaptation group of each chain: its model, or 0 when adaptation is pooled."""
         return model_index if self.per_model else torch.zeros_like(model_index)
+
+    def _jump_group(self, model_index: Tensor) -> Tensor:
+        """Jump-standardisation group of each chain: its model, or 0 when pooled."""
+        return model_index if self.per_model_jump else torch.zeros_like(model_index)
 
     def _init_adaptation(self) -> None:
         dim = self.problem.dim_max
@@ -138,29 +153,30 @@ class _Sampler:
         self.accepted = torch.zeros(self.num_groups, dtype=self.dtype, device=self.device)
         self.proposed = torch.zeros(self.num_groups, dtype=self.dtype, device=self.device)
         self._set_jump_table(
-            torch.zeros(self.num_groups, dim, dtype=self.dtype, device=self.device),
-            torch.full((self.num_groups, dim), float(self.s["aux_scale"]), dtype=self.dtype, device=self.device),
+            torch.zeros(self.num_jump_groups, dim, dtype=self.dtype, device=self.device),
+            torch.full((self.num_jump_groups, dim), float(self.s["aux_scale"]), dtype=self.dtype, device=self.device),
         )
         self._refresh_proposal()
 
     def _set_jump_table(self, loc: Tensor, scale: Tensor) -> None:
         # One [G, 2 D + 1] table so that a jump needs a single lookup per model; with
         # per-model groups the last column is the model's log-determinant sum_A log b_i.
-        if self.per_model:
-            active = self.problem.mask(torch.arange(self.num_groups, device=self.device))
+        if self.per_model_jump:
+            active = self.problem.mask(torch.arange(self.num_jump_groups, device=self.device))
             log_det = torch.where(active, scale.log(), torch.zeros_like(scale)).sum(-1, keepdim=True)
         else:
-            log_det = torch.zeros(self.num_groups, 1, dtype=self.dtype, device=self.device)
+            log_det = torch.zeros(self.num_jump_groups, 1, dtype=self.dtype, device=self.device)
         self.jump_table = torch.cat([loc, scale, log_det], dim=-1)
         self._log_scale = scale.log()
 
     def _standardiser(self, model_index: Tensor, active: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Per-chain location, scale and log-determinant of the jump's standardisation."""
-        entries = rows(self.jump_table, self._group(model_index))
+        group = self._jump_group(model_index)
+        entries = rows(self.jump_table, group)
         loc, scale = entries[:, : self._dim], entries[:, self._dim : 2 * self._dim]
-        if self.per_model:
+        if self.per_model_jump:
             return loc, scale, entries[:, -1]
-        return loc, scale, row_sum(torch.where(active, rows(self._log_scale, self._group(model_index)), 0.0))
+        return loc, scale, row_sum(torch.where(active, rows(self._log_scale, group), 0.0))
 
     def _refresh_proposal(self) -> None:
         factor = self.dim_factor * self.log_scale.exp()
@@ -175,14 +191,18 @@ class _Sampler:
         self.proposed.zero_()
         group = self._group(state.model_index)
         mask = self.problem.mask(state.model_index)
-        count, mean, cov = grouped_moments(group, state.theta, mask, self.num_groups)
+        count, _, cov = grouped_moments(group, state.theta, mask, self.num_groups)
         cov = shrunk_covariances(count, cov, prior_weight=float(self.problem.dim_max + 2))
         self.base_chol = safe_cholesky(cov)
         self._refresh_proposal()
         if self.s["matching"] == "standardised":
-            seen_coord = torch.diagonal(count, dim1=-2, dim2=-1) > 0
-            old_loc = self.jump_table[:, : self.problem.dim_max]
-            self._set_jump_table(torch.where(seen_coord, mean, old_loc), torch.diagonal(cov, dim1=-2, dim2=-1).sqrt())
+            # Per-model means and variances of the current states; unvisited models take the pooled
+            # values, and one pseudo-observation keeps visited models close to their own.
+            jump_group = self._jump_group(state.model_index)
+            n, mean, var = grouped_diagonal_moments(jump_group, state.theta, mask, self.num_jump_groups)
+            loc = shrink_to_pooled(n, mean, prior_weight=1.0, default=0.0)
+            var = shrink_to_pooled(n, var, prior_weight=float(self.problem.dim_max + 2), default=1.0)
+            self._set_jump_table(loc, var.clamp_min(1e-12).sqrt())
 
     # ------------------------------------------------------------------ loop
     def _iterate(self, state: ChainState, adapting: bool) -> ChainState:
@@ -191,7 +211,8 @@ class _Sampler:
         self.block_accepts[0].add_(jump_accept)
         for _ in range(self.s["within_moves"]):
             group = self._group(state.model_index)
-            state, accept = random_walk_move(self.problem, state, rows(self.proposal_chol, group), self.generator)
+            chol = rows(self.proposal_chol, group) if self.per_model else self.proposal_chol[0]
+            state, accept = random_walk_move(self.problem, state, chol, self.generator)
             self.block_accepts[1].add_(accept)
             if adapting:
                 accept_f = accept.to(self.dtype)

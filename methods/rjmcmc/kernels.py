@@ -113,14 +113,14 @@ def _neg_log_sqrt_2pi(like: Tensor) -> Tensor:
 def random_walk_move(
     problem: Problem, state: ChainState, chol: Tensor, generator: torch.Generator
 ) -> tuple[ChainState, Tensor]:
-    """Gaussian random-walk Metropolis on active coordinates with per-chain factors ``chol [C, D, D]``.
+    """Gaussian random-walk Metropolis on active coordinates; ``chol`` is per chain ``[C, D, D]`` or shared ``[D, D]``.
 
     The step ``L eps`` restricted to the active set is N(0, (L L^T)_AA), the
     marginal of the full Gaussian, so the proposal is symmetric for any L.
     """
     m, theta, log_joint = state
     eps = torch.randn(theta.shape, generator=generator, dtype=theta.dtype, device=theta.device)
-    step = torch.matmul(chol, eps.unsqueeze(-1)).squeeze(-1)
+    step = eps @ chol.T if chol.ndim == 2 else torch.matmul(chol, eps.unsqueeze(-1)).squeeze(-1)
     theta_new = torch.where(problem.mask(m), theta + step, theta)
     log_joint_new = problem.log_joint(m, theta_new)
     accept = _accept(log_joint_new - log_joint, generator)

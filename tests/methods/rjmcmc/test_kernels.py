@@ -78,3 +78,25 @@ def test_random_walk_preserves_sas() -> None:
         state, accept = random_walk_move(problem, state, chol, gen)
     assert 0.05 < accept.double().mean() < 0.95
     check_invariance(problem, state, start(problem, N, seed=1))
+
+
+def test_dag_jumps_preserve_linear_dag() -> None:
+    # Non-symmetric jumps (edge toggles weighted by neighbour counts) and 20-dimensional saturation.
+    from problems.linear_dag.problem import LinearDAG
+
+    problem = LinearDAG(num_nodes=4)
+    gen = torch.Generator().manual_seed(6)
+    state = start(problem, N, seed=0)
+    dim = problem.dim_max
+    std = fixed_standardiser(problem, [[0.0] * dim] * problem.num_models, [[1.0] * dim] * problem.num_models)
+    for _ in range(5):
+        state, accept = between_model_move(problem, state, std, gen)
+    assert accept.double().mean() > 0.02
+    reference = start(problem, N, seed=1)
+    # 543 models: compare the models that carry most of the mass, each within its binomial error.
+    freq, ref_freq = (
+        torch.bincount(s.model_index, minlength=problem.num_models).double() / N for s in (state, reference)
+    )
+    common = ref_freq > 0.005
+    se = (ref_freq * (1 - ref_freq) / N).sqrt() * math.sqrt(2)
+    assert ((freq - ref_freq).abs() < 5 * se)[common].all()

@@ -1,0 +1,235 @@
+"""Linear-Gaussian structural equation model on d <= 5 nodes with a conjugate prior: exact ground truth.
+
+Each node j of a DAG G is regressed on its parents Pa_j:
+
+    x_j = sum_{i in Pa_j} w_ij x_i + e_j,   e_j ~ N(0, s_j),
+    s_j ~ InverseGamma(noise_shape, noise_rate),   w_ij | s_j ~ N(0, s_j coef_scale^2),
+
+so every node's evidence (normal-inverse-gamma regression) and every
+parameter posterior are available in closed form, and all DAGs are
+enumerated (543 for d = 4, 29,281 for d = 5). The model is the DAG itself
+(no permutation encoding), with a prior uniform over DAGs or penalised by
+edge count, p(G) ∝ exp(-edge_penalty |E|).
+
+Parameters on the saturated space: one weight slot per ordered pair (i, j),
+i != j (active when the edge i -> j is in G), then log s_j for every node
+(always active; the log transform's Jacobian is in the density). Data are
+simulated with ``data_seed`` in the style of BayesDAG App. D.3: a random
+order, each forward pair an edge with probability 2 / (d - 1) (d edges
+expected), weights uniform in ±[0.5, 1.5], noise variances from
+InverseGamma(1.5, 1).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from problems.linear_dag.dag_space import DAGSpace
+from suite.problem import Problem
+from suite.registry import register_problem
+from suite.types import Draws, ModelProbs
+
+LOG_2PI = math.log(2 * math.pi)
+
+
+def simulate_data(num_nodes: int, num_samples: int, seed: int) -> tuple[Tensor, Tensor]:
+    """Data ``[N, d]`` (float64) and the true adjacency ``[d, d]`` from a random linear-Gaussian DAG."""
+    gen = torch.Generator().manual_seed(seed)
+    order = torch.randperm(num_nodes, generator=gen)
+    edge_prob = min(1.0, 2.0 / max(num_nodes - 1, 1))
+    weights = torch.zeros(num_nodes, num_nodes, dtype=torch.float64)
+    for a in range(num_nodes):
+        for b in range(a + 1, num_nodes):
+            if torch.rand((), generator=gen) < edge_prob:
+                magnitude = 0.5 + torch.rand((), generator=gen, dtype=torch.float64)
+                sign = 1.0 if torch.rand((), generator=gen) < 0.5 else -1.0
+                weights[order[a], order[b]] = sign * magnitude
+    # InverseGamma(1.5, 1) variances: 1 / Gamma(1.5, rate 1); Gamma by sum of squared normals (shape 1.5 = 3/2).
+    chi2_3 = (torch.randn(num_nodes, 3, generator=gen, dtype=torch.float64) ** 2).sum(-1)
+    noise_var = 1.0 / (chi2_3 / 2.0)
+    x = torch.zeros(num_samples, num_nodes, dtype=torch.float64)
+    noise = torch.randn(num_samples, num_nodes, generator=gen, dtype=torch.float64) * noise_var.sqrt()
+    for node in order.tolist():  # ancestral sampling: one pass over nodes, vectorised over samples
+        x[:, node] = x @ weights[:, node] + noise[:, node]
+    return x, weights != 0
+
+
+@register_problem("linear-dag")
+class LinearDAG(Problem):
+    """Linear-Gaussian DAG (d <= 5) with a conjugate prior per node: exact evidence and posterior for every DAG."""
+
+    main_metric: ClassVar[str] = "model_prob_tv"
+
+    def __init__(
+        self,
+        num_nodes: int = 5,
+        num_samples: int = 100,
+        edge_penalty: float = 0.0,
+        coef_scale: float = 1.0,
+        noise_shape: float = 1.5,
+        noise_rate: float = 1.0,
+        data_seed: int = 0,
+    ) -> None:
+        if num_samples < 1 or coef_scale <= 0 or noise_shape <= 0 or noise_rate <= 0:
+            raise ValueError("num_samples >= 1 and positive coef_scale, noise_shape, noise_rate are required")
+        self._config = {
+            "num_nodes": num_nodes,
+            "num_samples": num_samples,
+            "edge_penalty": edge_penalty,
+            "coef_scale": coef_scale,
+            "noise_shape": noise_shape,
+            "noise_rate": noise_rate,
+            "data_seed": data_seed,
+        }
+        self.model_space = DAGSpace(num_nodes)
+        d = self.num_nodes = num_nodes
+        self.num_slots = d * (d - 1)
+        self.dim_max = self.num_slots + d
+        self.data, self.true_adjacency = simulate_data(d, num_samples, data_seed)
+        self.gram = self.data.T @ self.data
+        slot_parent = torch.tensor([p for p, _ in self.model_space.slots], dtype=torch.int64)
+        slot_child = torch.tensor([c for _, c in self.model_space.slots], dtype=torch.int64)
+        self._slot_flat = slot_parent * d + slot_child  # position of each slot in a flattened d x d matrix
+
+        adjacency = self.model_space.adjacency(self.model_space.all_indices())
+        self._slot_masks = adjacency.flatten(1)[:, self._slot_flat]  # [K, num_slots]
+        num_edges = self._slot_masks.sum(-1).to(torch.float64)
+        log_prior = -edge_penalty * num_edges
+        self._log_model_prior = log_prior - torch.logsumexp(log_prior, 0)
+        # parent_set[K, d]: bitmask of the parents of each node in each DAG.
+        powers = 2 ** torch.arange(d, dtype=torch.int64)
+        self._parent_sets = (adjacency.to(torch.int64) * powers[None, :, None]).sum(1)
+        self._posterior_tables()
+        log_evidence = self._local_log_evidence.gather(1, self._parent_sets.T).sum(0)  # [K]
+        self._log_joint_evidence = self._log_model_prior + log_evidence
+        self._model_probs = torch.softmax(self._log_joint_evidence, 0)
+        self._cache: dict[tuple[torch.device, torch.dtype], dict[str, Tensor]] = {}
+
+    # ------------------------------------------------------------ closed forms
+    def _posterior_tables(self) -> None:
+        """Normal-inverse-gamma posterior and evidence of every (node, parent set), from the Gram matrix."""
+        d, n = self.num_nodes, self._config["num_samples"]
+        a0, b0, c2 = self._config["noise_shape"], self._config["noise_rate"], self._config["coef_scale"] ** 2
+        sets = 2**d
+        self._local_log_evidence = torch.full((d, sets), math.nan, dtype=torch.float64)
+        self._post_mean = torch.zeros(d, sets, d, dtype=torch.float64)
+        self._post_chol = torch.eye(d, dtype=torch.float64).repeat(d, sets, 1, 1)
+        self._post_rate = torch.zeros(d, sets, dtype=torch.float64)
+        self.post_shape = a0 + n / 2
+        s = self.gram
+        for j in range(d):  # d * 2^(d-1) <= 80 small regressions, once per problem
+            for pset in range(sets):
+                if (pset >> j) & 1:
+                    continue
+                parents = [i for i in range(d) if (pset >> i) & 1]
+                precision = s[parents][:, parents] + torch.eye(len(parents), dtype=torch.float64) / c2
+                chol_precision = torch.linalg.cholesky(precision)
+                mean = torch.cholesky_solve(s[parents, j][:, None], chol_precision).squeeze(-1)
+                rate = b0 + 0.5 * (s[j, j] - mean @ s[parents, j])
+                half_log_det_precision = torch.log(torch.diagonal(chol_precision)).sum()
+                self._local_log_evidence[j, pset] = (
+                    -0.5 * n * LOG_2PI
+                    - half_log_det_precision
+                    - 0.5 * len(parents) * math.log(c2)
+                    + a0 * math.log(b0)
+                    - self.post_shape * torch.log(rate)
+                    + math.lgamma(self.post_shape)
+                    - math.lgamma(a0)
+                )
+                self._post_mean[j, pset, parents] = mean
+                # Posterior covariance of the weights is s_j * precision^{-1}; store its Cholesky factor for s_j = 1.
+                cov = torch.cholesky_inverse(chol_precision)
+                block = torch.eye(d, dtype=torch.float64)
+                block[torch.tensor(parents, dtype=torch.int64)[:, None], torch.tensor(parents, dtype=torch.int64)] = cov
+                self._post_chol[j, pset] = torch.linalg.cholesky(block)
+                self._post_rate[j, pset] = rate
+
+    def log_evidence(self) -> Tensor:
+        """Exact log p(D | G) for every DAG, ``[K]``."""
+        return self._log_joint_evidence - self._log_model_prior
+
+    # ------------------------------------------------------------------ contract
+    def config(self) -> dict[str, Any]:
+        """Constructor arguments."""
+        return dict(self._config)
+
+    def _constants(self, like: Tensor) -> dict[str, Tensor]:
+        key = (like.device, like.dtype)
+        if key not in self._cache:
+            self._cache[key] = {
+                "gram": self.gram.to(like.device, like.dtype),
+                "slot_masks": self._slot_masks.to(like.device),
+                "log_prior": self._log_model_prior.to(like.device, like.dtype),
+                "slot_flat": self._slot_flat.to(like.device),
+            }
+        return self._cache[key]
+
+    def mask(self, model_index: Tensor) -> Tensor:
+        """Edge slots of the DAG's edges, then every node's log noise variance."""
+        slots = self._slot_masks.to(model_index.device).index_select(0, model_index)
+        noise = torch.ones(len(model_index), self.num_nodes, dtype=torch.bool, device=model_index.device)
+        return torch.cat([slots, noise], dim=-1)
+
+    def log_model_prior(self, model_index: Tensor) -> Tensor:
+        """Uniform over DAGs, or penalised by edge count."""
+        return self._log_model_prior.to(model_index.device).index_select(0, model_index)
+
+    def log_joint(self, model_index: Tensor, theta: Tensor) -> Tensor:
+        """log p(G) + sum_j [log p(s_j) + log s_j + log p(w_j | s_j) + log p(x_j | x_Pa, w_j, s_j)]."""
+        c = self._constants(theta)
+        d, n = self.num_nodes, self._config["num_samples"]
+        a0, b0, c2 = self._config["noise_shape"], self._config["noise_rate"], self._config["coef_scale"] ** 2
+        slot_active = c["slot_masks"].index_select(0, model_index)
+        w_slots = torch.where(slot_active, theta[:, : self.num_slots], 0.0)
+        log_s = theta[:, self.num_slots :]
+        weights = theta.new_zeros(len(theta), d * d).index_copy(1, c["slot_flat"], w_slots).view(-1, d, d)
+        gram = c["gram"]
+        # Residual sum of squares per node from the Gram matrix: S_jj - 2 sum_i W_ij S_ij + (W^T S W)_jj.
+        sse = torch.diagonal(gram) - 2.0 * (weights * gram).sum(1) + (weights * (gram @ weights)).sum(1)
+        inv_s = torch.exp(-log_s)
+        active = theta.new_zeros(len(theta), d * d).index_copy(1, c["slot_flat"], slot_active.to(theta.dtype))
+        num_parents = active.view(-1, d, d).sum(1)
+        log_lik = -0.5 * n * (LOG_2PI + log_s) - 0.5 * sse * inv_s
+        log_prior_w = -0.5 * num_parents * (LOG_2PI + math.log(c2) + log_s) - 0.5 * (weights**2).sum(1) * inv_s / c2
+        # InverseGamma(a0, b0) on s_j with the Jacobian of s = exp(log s): a0 log b0 - lgamma(a0) - a0 log s - b0 / s.
+        log_prior_s = a0 * math.log(b0) - math.lgamma(a0) - a0 * log_s - b0 * inv_s
+        total = (log_lik + log_prior_w + log_prior_s).sum(-1) + c["log_prior"].index_select(0, model_index)
+        return torch.nan_to_num(total, nan=-math.inf)
+
+    # --------------------------------------------------------------- ground truth
+    def reference_model_probs(self) -> ModelProbs:
+        """Exact posterior over all DAGs."""
+        return ModelProbs.from_dense(self._model_probs)
+
+    def reference_draws(self, num_draws: int, generator: torch.Generator) -> Draws:
+        """Exact draws: G from its posterior, then per node s_j ~ IG(a_n, b_n), w_j | s_j ~ N(m_n, s_j V_n)."""
+        model_index = torch.multinomial(self._model_probs, num_draws, replacement=True, generator=generator)
+        d = self.num_nodes
+        psets = self._parent_sets.index_select(0, model_index)  # [N, d]
+        node = torch.arange(d).expand(num_draws, d)
+        rate = self._post_rate[node, psets]  # [N, d]
+        # Gamma(a_n) draws from torch's sampler under a seed taken from ``generator`` (it accepts no generator).
+        seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            gamma = torch._standard_gamma(torch.full((num_draws, d), self.post_shape, dtype=torch.float64))
+        noise_var = rate / gamma
+        eps = torch.randn(num_draws, d, d, generator=generator, dtype=torch.float64)
+        chol = self._post_chol[node, psets]  # [N, d, d]
+        w = self._post_mean[node, psets] + noise_var.sqrt()[..., None] * (chol @ eps[..., None]).squeeze(-1)
+        # w[n, j, i] is the weight of parent i on node j; slots hold W[i, j] = w[n, j, i].
+        weights = w.transpose(1, 2).reshape(num_draws, d * d)
+        slots = torch.where(self._slot_masks.index_select(0, model_index), weights[:, self._slot_flat], 0.0)
+        return Draws(model_index, torch.cat([slots, noise_var.log()], dim=-1))
+
+
+@register_problem("linear-dag-d4")
+class LinearDAG4(LinearDAG):
+    """linear-dag on 4 nodes (543 DAGs): the same model, small enough for RJMCMC baselines to mix."""
+
+    def __init__(self, num_nodes: int = 4, **config: Any) -> None:
+        super().__init__(num_nodes=num_nodes, **config)
