@@ -10,6 +10,7 @@ forms. Measured on the 2-core CI machine (torch 2.13, float64, B = 1024):
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 
@@ -21,3 +22,30 @@ def row_sum(x: Tensor) -> Tensor:
 def rows(table: Tensor, index: Tensor) -> Tensor:
     """``table[index]`` for a 1-D int64 ``index`` (via ``index_select``)."""
     return table.index_select(0, index)
+
+
+class DeviceCache:
+    """Named constant tensors, copied to each (device, dtype) once, on first use.
+
+    Problems keep their tables on the CPU and call ``get`` with the device and
+    dtype of their inputs; on CUDA this avoids a host-to-device copy per call.
+
+    Example:
+        >>> cache, cpu = DeviceCache(table=torch.ones(2, 3)), torch.device("cpu")
+        >>> cache.get("table", cpu, torch.float64) is cache.get("table", cpu, torch.float64)
+        True
+    """
+
+    def __init__(self, **tensors: Tensor) -> None:
+        self._base = tensors
+        self._copies: dict[tuple[str, str, torch.dtype | None], Tensor] = {}
+
+    def get(self, name: str, device: torch.device, dtype: torch.dtype | None = None) -> Tensor:
+        """Tensor ``name`` on ``device`` (and in ``dtype`` if given)."""
+        base = self._base[name]
+        if base.device == device and dtype in (None, base.dtype):
+            return base
+        key = (name, str(device), dtype)
+        if key not in self._copies:
+            self._copies[key] = base.to(device=device, dtype=dtype or base.dtype)
+        return self._copies[key]

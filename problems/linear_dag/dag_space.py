@@ -6,6 +6,7 @@ import torch
 from torch import Tensor
 
 from suite.model_space import ModelSpace
+from suite.tensor_ops import DeviceCache
 
 MAX_NODES = 5  # 2^(d(d-1)) adjacency patterns are screened: 2^20 for d = 5
 
@@ -71,10 +72,14 @@ class DAGSpace(ModelSpace):
         #: k - num_slots), or -1 when that move is impossible or creates a cycle.
         self.neighbour = torch.where(self.codes[pos] == candidates, pos, torch.full_like(pos, -1))
         self.log_num_neighbours = (self.neighbour >= 0).sum(-1).to(torch.float64).log()
+        self._device = DeviceCache(
+            codes=self.codes, neighbour=self.neighbour, log_num_neighbours=self.log_num_neighbours
+        )
 
     def adjacency(self, model_index: Tensor) -> Tensor:
         """Bool adjacency matrices ``[B, d, d]`` of the models."""
-        return codes_to_adjacency(self.codes.to(model_index.device)[model_index], self.num_nodes)
+        codes = self._device.get("codes", model_index.device).index_select(0, model_index)
+        return codes_to_adjacency(codes, self.num_nodes)
 
     def identifier(self, index: int) -> str:
         """Edge list such as ``"0->1,2->3"``."""
@@ -105,11 +110,11 @@ class DAGSpace(ModelSpace):
         """One uniformly chosen valid move (add, remove or reverse an edge); log j(m|m') - log j(m'|m)."""
         if model_index.numel() == 0:
             return model_index.clone(), torch.zeros(0, dtype=torch.float64, device=model_index.device)
-        neighbour = self.neighbour.to(model_index.device).index_select(0, model_index)
+        neighbour = self._device.get("neighbour", model_index.device).index_select(0, model_index)
         # A uniform choice among the valid moves: the argmax of independent uniforms over them
         # (an order of magnitude cheaper than torch.multinomial here).
         keys = torch.rand(neighbour.shape, generator=generator, device=neighbour.device)
         slot = torch.where(neighbour >= 0, keys, -1.0).argmax(-1, keepdim=True)
         proposed = neighbour.gather(-1, slot).squeeze(-1)
-        log_counts = self.log_num_neighbours.to(model_index.device)
+        log_counts = self._device.get("log_num_neighbours", model_index.device)
         return proposed, log_counts.index_select(0, model_index) - log_counts.index_select(0, proposed)

@@ -31,6 +31,7 @@ from torch import Tensor
 from problems.linear_dag.dag_space import DAGSpace
 from suite.problem import Problem
 from suite.registry import register_problem
+from suite.tensor_ops import DeviceCache
 from suite.types import Draws, ModelProbs
 
 LOG_2PI = math.log(2 * math.pi)
@@ -107,7 +108,9 @@ class LinearDAG(Problem):
         log_evidence = self._local_log_evidence.gather(1, self._parent_sets.T).sum(0)  # [K]
         self._log_joint_evidence = self._log_model_prior + log_evidence
         self._model_probs = torch.softmax(self._log_joint_evidence, 0)
-        self._cache: dict[tuple[torch.device, torch.dtype], dict[str, Tensor]] = {}
+        self._device = DeviceCache(
+            gram=self.gram, slot_masks=self._slot_masks, log_prior=self._log_model_prior, slot_flat=self._slot_flat
+        )
 
     # ------------------------------------------------------------ closed forms
     def _posterior_tables(self) -> None:
@@ -157,47 +160,39 @@ class LinearDAG(Problem):
         """Constructor arguments."""
         return dict(self._config)
 
-    def _constants(self, like: Tensor) -> dict[str, Tensor]:
-        key = (like.device, like.dtype)
-        if key not in self._cache:
-            self._cache[key] = {
-                "gram": self.gram.to(like.device, like.dtype),
-                "slot_masks": self._slot_masks.to(like.device),
-                "log_prior": self._log_model_prior.to(like.device, like.dtype),
-                "slot_flat": self._slot_flat.to(like.device),
-            }
-        return self._cache[key]
-
     def mask(self, model_index: Tensor) -> Tensor:
         """Edge slots of the DAG's edges, then every node's log noise variance."""
-        slots = self._slot_masks.to(model_index.device).index_select(0, model_index)
+        slots = self._device.get("slot_masks", model_index.device).index_select(0, model_index)
         noise = torch.ones(len(model_index), self.num_nodes, dtype=torch.bool, device=model_index.device)
         return torch.cat([slots, noise], dim=-1)
 
     def log_model_prior(self, model_index: Tensor) -> Tensor:
         """Uniform over DAGs, or penalised by edge count."""
-        return self._log_model_prior.to(model_index.device).index_select(0, model_index)
+        return self._device.get("log_prior", model_index.device).index_select(0, model_index)
 
     def log_joint(self, model_index: Tensor, theta: Tensor) -> Tensor:
         """log p(G) + sum_j [log p(s_j) + log s_j + log p(w_j | s_j) + log p(x_j | x_Pa, w_j, s_j)]."""
-        c = self._constants(theta)
+        device, dtype = theta.device, theta.dtype
         d, n = self.num_nodes, self._config["num_samples"]
         a0, b0, c2 = self._config["noise_shape"], self._config["noise_rate"], self._config["coef_scale"] ** 2
-        slot_active = c["slot_masks"].index_select(0, model_index)
+        slot_active = self._device.get("slot_masks", device).index_select(0, model_index)
+        slot_flat = self._device.get("slot_flat", device)
         w_slots = torch.where(slot_active, theta[:, : self.num_slots], 0.0)
         log_s = theta[:, self.num_slots :]
-        weights = theta.new_zeros(len(theta), d * d).index_copy(1, c["slot_flat"], w_slots).view(-1, d, d)
-        gram = c["gram"]
+        weights = theta.new_zeros(len(theta), d * d).index_copy(1, slot_flat, w_slots).view(-1, d, d)
+        gram = self._device.get("gram", device, dtype)
         # Residual sum of squares per node from the Gram matrix: S_jj - 2 sum_i W_ij S_ij + (W^T S W)_jj.
         sse = torch.diagonal(gram) - 2.0 * (weights * gram).sum(1) + (weights * (gram @ weights)).sum(1)
         inv_s = torch.exp(-log_s)
-        active = theta.new_zeros(len(theta), d * d).index_copy(1, c["slot_flat"], slot_active.to(theta.dtype))
+        active = theta.new_zeros(len(theta), d * d).index_copy(1, slot_flat, slot_active.to(dtype))
         num_parents = active.view(-1, d, d).sum(1)
         log_lik = -0.5 * n * (LOG_2PI + log_s) - 0.5 * sse * inv_s
         log_prior_w = -0.5 * num_parents * (LOG_2PI + math.log(c2) + log_s) - 0.5 * (weights**2).sum(1) * inv_s / c2
         # InverseGamma(a0, b0) on s_j with the Jacobian of s = exp(log s): a0 log b0 - lgamma(a0) - a0 log s - b0 / s.
         log_prior_s = a0 * math.log(b0) - math.lgamma(a0) - a0 * log_s - b0 * inv_s
-        total = (log_lik + log_prior_w + log_prior_s).sum(-1) + c["log_prior"].index_select(0, model_index)
+        total = (log_lik + log_prior_w + log_prior_s).sum(-1) + self._device.get(
+            "log_prior", device, dtype
+        ).index_select(0, model_index)
         return torch.nan_to_num(total, nan=-math.inf)
 
     # --------------------------------------------------------------- ground truth

@@ -24,7 +24,7 @@ from torch import Tensor
 from suite.model_space import CategoricalSpace
 from suite.problem import LOG_SQRT_2PI, Problem
 from suite.registry import register_problem
-from suite.tensor_ops import rows
+from suite.tensor_ops import DeviceCache, rows
 from suite.types import Draws, ModelProbs
 
 MODEL_WEIGHTS = (0.25, 0.75)
@@ -55,6 +55,7 @@ class SinhArcsinh(Problem):
         self._masks = torch.tensor([[True, False], [True, True]])
         self._log_weights = torch.tensor(MODEL_WEIGHTS, dtype=torch.float64).log()
         self._cache: dict[tuple[torch.device, torch.dtype], Tensor] = {}
+        self._device = DeviceCache(masks=self._masks)
 
     def _table(self, like: Tensor) -> Tensor:
         """Per-model constants [2, 10].
@@ -75,7 +76,7 @@ class SinhArcsinh(Problem):
     # ------------------------------------------------------------------ contract
     def mask(self, model_index: Tensor) -> Tensor:
         """Model "k=1" uses theta_1 only; "k=2" uses both coordinates."""
-        return rows(self._masks.to(model_index.device), model_index)
+        return rows(self._device.get("masks", model_index.device), model_index)
 
     def log_model_prior(self, model_index: Tensor) -> Tensor:
         """Uniform over the two models (the weights are in the likelihood)."""
