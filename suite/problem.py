@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
+from suite.backend import TORCH
 from suite.model_space import ModelSpace
 from suite.types import Draws, ModelProbs
 
@@ -44,14 +45,24 @@ class Problem(ABC):
     def log_model_prior(self, model_index: Tensor) -> Tensor:
         """Model prior log-probability log p(m), float64 ``[B]``."""
 
-    @abstractmethod
     def log_joint(self, model_index: Tensor, theta: Tensor) -> Tensor:
         """Log joint log p(D, theta_m, m) in ``theta``'s dtype, ``[B]``; inactive coordinates ignored.
 
         Includes the model prior, the parameter prior (with the Jacobian of the
         unconstraining transform, if any) and the likelihood. Returns ``-inf``
-        where the density is zero or not finite.
+        where the density is zero or not finite. By default this is
+        ``log_joint_with`` on the torch backend.
         """
+        return self.log_joint_with(TORCH, model_index, theta)
+
+    def log_joint_with(self, xp: Any, model_index: Any, theta: Any) -> Any:
+        """The log joint written once against the backend namespace ``xp`` (``suite.backend``: torch or JAX).
+
+        ``log_joint`` is then ``log_joint_with(TORCH, ...)``, and the reference
+        engine evaluates the same definition in JAX. Problems that only have a
+        torch ``log_joint`` cannot be given NUTS/SMC references.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no backend-agnostic log_joint_with")
 
     def context(self, model_index: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
         """Features describing each model for conditional flows, ``[B, context_dim]`` (default: the mask)."""

@@ -49,3 +49,13 @@ class DeviceCache:
         if key not in self._copies:
             self._copies[key] = base.to(device=device, dtype=dtype or base.dtype)
         return self._copies[key]
+
+    def jax(self, name: str, dtype: object | None = None) -> object:
+        """Tensor ``name`` as a JAX array (converted once; ``dtype`` is a numpy/JAX dtype)."""
+        key = (name, "jax", dtype)
+        if key not in self._copies:
+            import jax.numpy as jnp
+
+            array = self._base[name].detach().cpu().numpy()
+            self._copies[key] = jnp.asarray(array, dtype=dtype or array.dtype)
+        return self._copies[key]

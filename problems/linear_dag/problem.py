@@ -170,30 +170,26 @@ class LinearDAG(Problem):
         """Uniform over DAGs, or penalised by edge count."""
         return self._device.get("log_prior", model_index.device).index_select(0, model_index)
 
-    def log_joint(self, model_index: Tensor, theta: Tensor) -> Tensor:
+    def log_joint_with(self, xp: Any, model_index: Any, theta: Any) -> Any:
         """log p(G) + sum_j [log p(s_j) + log s_j + log p(w_j | s_j) + log p(x_j | x_Pa, w_j, s_j)]."""
-        device, dtype = theta.device, theta.dtype
-        d, n = self.num_nodes, self._config["num_samples"]
+        d, n, slots = self.num_nodes, self._config["num_samples"], self.num_slots
         a0, b0, c2 = self._config["noise_shape"], self._config["noise_rate"], self._config["coef_scale"] ** 2
-        slot_active = self._device.get("slot_masks", device).index_select(0, model_index)
-        slot_flat = self._device.get("slot_flat", device)
-        w_slots = torch.where(slot_active, theta[:, : self.num_slots], 0.0)
-        log_s = theta[:, self.num_slots :]
-        weights = theta.new_zeros(len(theta), d * d).index_copy(1, slot_flat, w_slots).view(-1, d, d)
-        gram = self._device.get("gram", device, dtype)
+        slot_active = xp.take(xp.constant(self._device, "slot_masks", theta, exact_dtype=False), model_index)
+        slot_flat = xp.constant(self._device, "slot_flat", theta, exact_dtype=False)
+        weights = xp.scatter_columns(d * d, slot_flat, xp.where(slot_active, theta[:, :slots], 0.0)).reshape(-1, d, d)
+        num_parents = xp.sum(xp.scatter_columns(d * d, slot_flat, xp.cast(slot_active, theta)).reshape(-1, d, d), 1)
+        log_s = theta[:, slots:]
+        gram = xp.constant(self._device, "gram", theta)
         # Residual sum of squares per node from the Gram matrix: S_jj - 2 sum_i W_ij S_ij + (W^T S W)_jj.
-        sse = torch.diagonal(gram) - 2.0 * (weights * gram).sum(1) + (weights * (gram @ weights)).sum(1)
-        inv_s = torch.exp(-log_s)
-        active = theta.new_zeros(len(theta), d * d).index_copy(1, slot_flat, slot_active.to(dtype))
-        num_parents = active.view(-1, d, d).sum(1)
+        sse = xp.diagonal(gram) - 2.0 * xp.sum(weights * gram, 1) + xp.sum(weights * (gram @ weights), 1)
+        inv_s = xp.exp(-log_s)
         log_lik = -0.5 * n * (LOG_2PI + log_s) - 0.5 * sse * inv_s
-        log_prior_w = -0.5 * num_parents * (LOG_2PI + math.log(c2) + log_s) - 0.5 * (weights**2).sum(1) * inv_s / c2
+        squares = xp.sum(weights * weights, 1)
+        log_prior_w = -0.5 * num_parents * (LOG_2PI + math.log(c2) + log_s) - 0.5 * squares * inv_s / c2
         # InverseGamma(a0, b0) on s_j with the Jacobian of s = exp(log s): a0 log b0 - lgamma(a0) - a0 log s - b0 / s.
         log_prior_s = a0 * math.log(b0) - math.lgamma(a0) - a0 * log_s - b0 * inv_s
-        total = (log_lik + log_prior_w + log_prior_s).sum(-1) + self._device.get(
-            "log_prior", device, dtype
-        ).index_select(0, model_index)
-        return torch.nan_to_num(total, nan=-math.inf)
+        log_prior_g = xp.take(xp.constant(self._device, "log_prior", theta), model_index)
+        return xp.nan_to_neg_inf(xp.row_sum(log_lik + log_prior_w + log_prior_s) + log_prior_g)
 
     # --------------------------------------------------------------- ground truth
     def reference_model_probs(self) -> ModelProbs:

@@ -16,11 +16,12 @@ model prior is uniform and the weights 1/4, 3/4 sit in the likelihood.
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
+from suite.backend import TORCH
 from suite.model_space import CategoricalSpace
 from suite.problem import LOG_SQRT_2PI, Problem
 from suite.registry import register_problem
@@ -54,24 +55,20 @@ class SinhArcsinh(Problem):
         self.dim_max = 2
         self._masks = torch.tensor([[True, False], [True, True]])
         self._log_weights = torch.tensor(MODEL_WEIGHTS, dtype=torch.float64).log()
-        self._cache: dict[tuple[torch.device, torch.dtype], Tensor] = {}
-        self._device = DeviceCache(masks=self._masks)
+        self._device = DeviceCache(masks=self._masks, table=self._build_table(self._log_weights, self._masks))
 
-    def _table(self, like: Tensor) -> Tensor:
+    @staticmethod
+    def _build_table(log_weights: Tensor, masks: Tensor) -> Tensor:
         """Per-model constants [2, 10].
 
         Columns: -eps (0:2), delta (2:4), log delta (4:6), offset (6), has-theta_2 (7), eps (8:10).
         """
-        key = (like.device, like.dtype)
-        if key not in self._cache:
-            eps = torch.tensor(EPSILON, dtype=torch.float64)
-            delta = torch.tensor(DELTA, dtype=torch.float64)
-            second = self._masks[:, 1:].to(torch.float64)
-            # log w_k, the N(0, I) constants of the active coordinates and log |det L^{-1}|.
-            offset = self._log_weights[:, None] - LOG_SQRT_2PI * (1.0 + second) - second * math.log(L22)
-            table = torch.cat([-eps, delta, delta.log(), offset, second, eps], dim=-1)
-            self._cache[key] = table.to(like.device, like.dtype)
-        return self._cache[key]
+        eps = torch.tensor(EPSILON, dtype=torch.float64)
+        delta = torch.tensor(DELTA, dtype=torch.float64)
+        second = masks[:, 1:].to(torch.float64)
+        # log w_k, the N(0, I) constants of the active coordinates and log |det L^{-1}|.
+        offset = log_weights[:, None] - LOG_SQRT_2PI * (1.0 + second) - second * math.log(L22)
+        return torch.cat([-eps, delta, delta.log(), offset, second, eps], dim=-1)
 
     # ------------------------------------------------------------------ contract
     def mask(self, model_index: Tensor) -> Tensor:
@@ -82,44 +79,46 @@ class SinhArcsinh(Problem):
         """Uniform over the two models (the weights are in the likelihood)."""
         return torch.full(model_index.shape, -math.log(2.0), dtype=torch.float64, device=model_index.device)
 
-    def log_joint(self, model_index: Tensor, theta: Tensor) -> Tensor:
+    def log_joint_with(self, xp: Any, model_index: Any, theta: Any) -> Any:
         """log pi(k, theta_k) = log w_k + log N(z; 0, I) + log |det dz/dtheta|, z = T_k(theta); exactly normalised."""
-        constants = rows(self._table(theta), model_index)
-        y, log_dy = self._sas_inverse(constants, model_index, theta)
+        constants = xp.take(xp.constant(self._device, "table", theta), model_index)
+        active = xp.take(xp.constant(self._device, "masks", theta, exact_dtype=False), model_index)
+        y, log_dy = self._sas_inverse(xp, constants, active, theta)
         y0, y1 = y[:, 0], y[:, 1]
-        first = torch.addcmul(log_dy[:, 0] + constants[:, 6], y0, y0, value=-0.5)
-        # z_2 = (y_2 - rho y_1) / sqrt(1 - rho^2); its square term is folded into one addcmul.
-        r = torch.add(y1, y0, alpha=-L21)
-        second = torch.addcmul(log_dy[:, 1], r, r, value=-0.5 / L22**2)
-        return torch.nan_to_num(torch.addcmul(first, constants[:, 7], second), nan=-math.inf)
+        first = xp.fma(log_dy[:, 0] + constants[:, 6], y0, y0, -0.5)
+        # z_2 = (y_2 - rho y_1) / sqrt(1 - rho^2); its square term is folded into one fma.
+        r = xp.axpy(y1, y0, -L21)
+        second = xp.fma(log_dy[:, 1], r, r, -0.5 / L22**2)
+        return xp.nan_to_neg_inf(xp.fma(first, constants[:, 7], second))
 
     # ------------------------------------------------------------ exact transport
     def to_reference(self, model_index: Tensor, theta: Tensor) -> tuple[Tensor, Tensor]:
         """z = L^{-1} S^{-1}(theta) on active coordinates, and log |det dz/dtheta|."""
-        constants = rows(self._table(theta), model_index)
-        y, log_dy = self._sas_inverse(constants, model_index, theta)
+        constants = rows(self._device.get("table", theta.device, theta.dtype), model_index)
+        y, log_dy = self._sas_inverse(TORCH, constants, self.mask(model_index), theta)
         second = constants[:, 7]
         z1 = torch.where(second > 0, (y[:, 1] - L21 * y[:, 0]) / L22, theta[:, 1])
         return torch.stack([y[:, 0], z1], dim=-1), log_dy[:, 0] + second * (log_dy[:, 1] - math.log(L22))
 
-    def _sas_inverse(self, constants: Tensor, model_index: Tensor, theta: Tensor) -> tuple[Tensor, Tensor]:
+    @staticmethod
+    def _sas_inverse(xp: Any, constants: Any, active: Any, theta: Any) -> tuple[Any, Any]:
         """y = S^{-1}(theta) elementwise and log |dS^{-1}/dx| per coordinate.
 
         Inactive coordinates are set to zero first so that whatever they hold
         (even NaN) cannot leak into the result through the masked arithmetic.
         """
-        theta = torch.where(self.mask(model_index), theta, 0.0)
-        inner = torch.addcmul(constants[:, 0:2], constants[:, 2:4], torch.asinh(theta))  # delta asinh(x) - eps
-        y = torch.sinh(inner)
+        theta = xp.where(active, theta, 0.0)
+        inner = xp.fma(constants[:, 0:2], constants[:, 2:4], xp.asinh(theta))  # delta asinh(x) - eps
+        y = xp.sinh(inner)
         # d/dx sinh(delta asinh(x) - eps) = delta cosh(delta asinh(x) - eps) / sqrt(1 + x^2), and
         # cosh(a) = sqrt(1 + sinh(a)^2), so log |dy/dx| = log delta + (log1p(y^2) - log1p(x^2)) / 2.
         # y^2 overflows only for |theta| beyond ~1e100, where the density is zero anyway (NaN -> -inf).
-        log_dy = torch.add(constants[:, 4:6], torch.log1p(y * y) - torch.log1p(theta * theta), alpha=0.5)
+        log_dy = xp.axpy(constants[:, 4:6], xp.log1p(y * y) - xp.log1p(theta * theta), 0.5)
         return y, log_dy
 
     def from_reference(self, model_index: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
         """theta = S(L z) on active coordinates, and log |det dtheta/dz|."""
-        constants = rows(self._table(z), model_index)
+        constants = rows(self._device.get("table", z.device, z.dtype), model_index)
         eps, delta, log_delta, two = constants[:, 8:10], constants[:, 2:4], constants[:, 4:6], constants[:, 7] > 0
         y = torch.stack([z[:, 0], torch.where(two, L21 * z[:, 0] + L22 * z[:, 1], z[:, 1])], dim=-1)
         outer = (torch.asinh(y) + eps) / delta
