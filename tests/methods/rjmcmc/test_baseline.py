@@ -35,6 +35,8 @@ def test_cross_entropy_density_is_close_to_the_target_entropy(gaussian_models) -
     entropy = -gaussian_models.log_joint(draws.model_index, draws.theta).mean()
     cross = -result.log_density(draws.model_index, draws.theta).mean()
     assert cross >= entropy - 0.02  # Gibbs' inequality, up to MC error (sd of the difference ~ 0.005)
+    # The Gaussian family contains the truth, so the gap is the fitting error: visit frequencies
+    # off by ~0.01 and moments from ~25,000 correlated draws cost well under 0.05 nats.
     assert cross - entropy < 0.05
 
 
