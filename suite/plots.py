@@ -39,8 +39,9 @@ def plot_model_probs(problem: str, records: list[dict[str, Any]], path: Path) ->
         return None
     models = sorted(truth, key=lambda k: -truth[k])
     methods = sorted(estimates)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * min(len(models), MAX_BARS) + 3), 4.2))
-    if len(models) <= MAX_BARS:
+    bars = len(models) <= MAX_BARS
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(models) + 3), 4.2) if bars else (6.5, 5.5))
+    if bars:
         width = 0.8 / (len(methods) + 1)
         x = np.arange(len(models))
         ax.bar(x, [truth[m] for m in models], width, color="black", label="truth")
