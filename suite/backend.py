@@ -29,6 +29,9 @@ class TorchBackend:
     log = staticmethod(torch.log)
     log1p = staticmethod(torch.log1p)
     where = staticmethod(torch.where)
+    abs = staticmethod(torch.abs)
+    maximum = staticmethod(torch.maximum)
+    sqrt = staticmethod(torch.sqrt)
     stack = staticmethod(torch.stack)
     row_sum = staticmethod(row_sum)
 
@@ -77,6 +80,32 @@ class TorchBackend:
         """``x`` in the dtype of ``like``."""
         return x.to(like.dtype)
 
+    @staticmethod
+    def logaddexp(a: Any, b: Any) -> Any:
+        """``log(exp(a) + exp(b))`` elementwise, stably."""
+        return torch.logaddexp(a, b)
+
+    @staticmethod
+    def logsumexp(x: Any, axis: int) -> Any:
+        """``log(sum(exp(x)))`` over ``axis``, stably."""
+        return torch.logsumexp(x, axis)
+
+    @staticmethod
+    def cholesky(x: Any) -> Any:
+        """Lower Cholesky factor of symmetric positive-definite matrices (last two axes); NaN if not SPD."""
+        factor, info = torch.linalg.cholesky_ex(x)
+        return torch.where((info > 0)[..., None, None], math.nan, factor)
+
+    @staticmethod
+    def solve_lower(lower: Any, rhs: Any) -> Any:
+        """``lower^{-1} rhs`` for lower-triangular ``lower`` (batched over leading axes)."""
+        return torch.linalg.solve_triangular(lower, rhs, upper=False)
+
+    @staticmethod
+    def concat(parts: Any, axis: int) -> Any:
+        """Concatenate along ``axis``."""
+        return torch.cat(parts, axis)
+
 
 class JaxBackend:
     """JAX implementation of the backend namespace (float64 enabled)."""
@@ -91,6 +120,7 @@ class JaxBackend:
         self.jnp = jnp
         self.asinh, self.sinh, self.exp, self.log = jnp.arcsinh, jnp.sinh, jnp.exp, jnp.log
         self.log1p, self.where, self.stack = jnp.log1p, jnp.where, jnp.stack
+        self.abs, self.maximum, self.sqrt = jnp.abs, jnp.maximum, jnp.sqrt
 
     def constant(self, cache: DeviceCache, name: str, like: Any, exact_dtype: bool = True) -> Any:
         """Constant ``name`` as a JAX array (in ``like``'s dtype when ``exact_dtype``)."""
@@ -131,6 +161,32 @@ class JaxBackend:
     def cast(self, x: Any, like: Any) -> Any:
         """``x`` in the dtype of ``like``."""
         return x.astype(like.dtype)
+
+    def logaddexp(self, a: Any, b: Any) -> Any:
+        """``log(exp(a) + exp(b))`` elementwise, stably."""
+        return self.jnp.logaddexp(a, b)
+
+    def logsumexp(self, x: Any, axis: int) -> Any:
+        """``log(sum(exp(x)))`` over ``axis``, stably."""
+        import jax.scipy.special
+
+        return jax.scipy.special.logsumexp(x, axis=axis)
+
+    def cholesky(self, x: Any) -> Any:
+        """Lower Cholesky factor of symmetric positive-definite matrices (last two axes); NaN if not SPD."""
+        factor = self.jnp.linalg.cholesky(x)
+        failed = self.jnp.isnan(factor).any(axis=(-2, -1), keepdims=True)
+        return self.jnp.where(failed, self.jnp.nan, factor)
+
+    def solve_lower(self, lower: Any, rhs: Any) -> Any:
+        """``lower^{-1} rhs`` for lower-triangular ``lower`` (batched over leading axes)."""
+        import jax.scipy.linalg
+
+        return jax.scipy.linalg.solve_triangular(lower, rhs, lower=True)
+
+    def concat(self, parts: Any, axis: int) -> Any:
+        """Concatenate along ``axis``."""
+        return self.jnp.concatenate(parts, axis)
 
 
 TORCH = TorchBackend()
