@@ -1,3 +1,3 @@
 """Built-in benchmark problems; importing this package registers them."""
 
-from problems import linear_dag, sas  # noqa: F401  (registers "linear-dag", "linear-dag-d4", "sas")
+from problems import block_vs, factor_analysis, linear_dag, robust_vs, sas  # noqa: F401  (each registers its problems)

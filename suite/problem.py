@@ -64,6 +64,27 @@ class Problem(ABC):
         """
         raise NotImplementedError(f"{type(self).__name__} has no backend-agnostic log_joint_with")
 
+    # ------------------------------------------------ optional: prior, for SMC
+    def log_prior_with(self, xp: Any, model_index: Any, theta: Any) -> Any:
+        """log p(theta_m | m) of the active unconstrained coordinates (transform Jacobian included), ``[B]``.
+
+        Optional. With :meth:`sample_prior` it lets the reference engine temper
+        from the prior to the posterior (the likelihood is then ``log_joint -
+        log_model_prior - log_prior``); without it the engine tempers from a
+        Student-t fitted to NUTS draws.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no log_prior_with")
+
+    def sample_prior(self, model_index: Tensor, generator: torch.Generator) -> Tensor:
+        """Draws theta ~ p(theta_m | m) in the unconstrained space, float64 ``[B, dim_max]``, inactive entries zero."""
+        raise NotImplementedError(f"{type(self).__name__} has no sample_prior")
+
+    @property
+    def has_prior(self) -> bool:
+        """Whether :meth:`log_prior_with` and :meth:`sample_prior` are implemented."""
+        cls = type(self)
+        return cls.log_prior_with is not Problem.log_prior_with and cls.sample_prior is not Problem.sample_prior
+
     def context(self, model_index: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
         """Features describing each model for conditional flows, ``[B, context_dim]`` (default: the mask)."""
         return self.mask(model_index).to(dtype)
