@@ -61,13 +61,38 @@ def max_abs_error(truth: ModelProbs, estimate: ModelProbs) -> float:
     return float((p - q).abs().max())
 
 
+#: Replicates of the parametric bootstrap that carries a reference's error into the metrics.
+REFERENCE_BOOTSTRAP = 200
+
+
+def _reference_perturbations(truth: ModelProbs, replicates: int, seed: int = 0) -> list[ModelProbs]:
+    """Plausible truths given the reference's standard errors: p + N(0, se^2), clipped at 0, renormalised."""
+    gen = torch.Generator().manual_seed(seed)
+    noise = torch.randn(replicates, truth.prob.numel(), generator=gen, dtype=torch.float64)
+    perturbed = (truth.prob.to(torch.float64) + noise * truth.se.to(torch.float64)).clamp_min(0.0)
+    perturbed = perturbed / perturbed.sum(-1, keepdim=True) * truth.prob.sum()
+    return [ModelProbs(truth.index, row) for row in perturbed]
+
+
 def model_prob_metrics(truth: ModelProbs, estimate: ModelProbs) -> dict[str, Estimate]:
-    """TV, KL and largest absolute error of ``estimate`` against ``truth``."""
-    return {
-        "model_prob_tv": Estimate(total_variation(truth, estimate)),
-        "model_prob_kl": Estimate(kl_divergence(truth, estimate)),
-        "model_prob_max_abs": Estimate(max_abs_error(truth, estimate)),
-    }
+    """TV, KL and largest absolute error of ``estimate`` against ``truth``.
+
+    When the truth is itself an estimate (``truth.se`` given), each metric's
+    ``se`` is the standard deviation of the metric over a parametric
+    bootstrap of the truth within its Monte Carlo error: how much of the
+    value may be the reference's error rather than the method's.
+    """
+    functions = {"model_prob_tv": total_variation, "model_prob_kl": kl_divergence, "model_prob_max_abs": max_abs_error}
+    values = {name: fn(truth, estimate) for name, fn in functions.items()}
+    if truth.se is None or not bool((truth.se > 0).any()):
+        return {name: Estimate(value) for name, value in values.items()}
+    replicas = _reference_perturbations(truth, REFERENCE_BOOTSTRAP)
+    out = {}
+    for name, fn in functions.items():
+        spread = torch.tensor([fn(r, estimate) for r in replicas], dtype=torch.float64)
+        finite = bool(torch.isfinite(spread).all()) and math.isfinite(values[name])
+        out[name] = Estimate(values[name], float(spread.std()) if finite else None)
+    return out
 
 
 def cross_entropy(log_q: Tensor) -> Estimate:

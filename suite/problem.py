@@ -96,12 +96,31 @@ class Problem(ABC):
 
     # --------------------------------------------------------------- ground truth
     def reference_model_probs(self) -> ModelProbs | None:
-        """Ground-truth model probabilities, or None when unknown."""
-        return None
+        """Ground-truth model probabilities, or None when unknown.
+
+        Problems with exact answers override this; by default it is the stored
+        estimate of the reference engine (:mod:`suite.reference`), with its
+        Monte Carlo standard errors, or None when none is stored.
+        """
+        reference = self.stored_reference()
+        return None if reference is None else reference.model_probs()
 
     def reference_draws(self, num_draws: int, generator: torch.Generator) -> Draws | None:
-        """Gold-standard draws (m, theta_m) from the target in float64, or None when unavailable."""
-        return None
+        """Gold-standard draws (m, theta_m) from the target in float64, or None when unavailable.
+
+        By default a random subset of the stored reference's draws (at most as
+        many as it holds).
+        """
+        reference = self.stored_reference()
+        return None if reference is None else reference.draws(num_draws, generator)
+
+    def stored_reference(self) -> Any:
+        """The reference engine's stored estimate for this instance (``suite.reference.store.Reference``) or None."""
+        if not hasattr(self, "_stored_reference"):
+            from suite.reference import store  # the store imports this module
+
+            self._stored_reference = store.load(self)
+        return self._stored_reference
 
     # ------------------------------------------------------------------ helpers
     @property

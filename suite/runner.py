@@ -13,6 +13,7 @@ from suite import metrics
 from suite.harness import PeakMemory, PhaseTimer, environment
 from suite.method import Budget, Method, Result
 from suite.problem import Problem
+from suite.reference import store as reference_store
 from suite.types import Draws, ModelProbs
 
 #: Seed of the gold-standard draws, shared by every method and run seed so that
@@ -129,6 +130,7 @@ def execute(
         "method_settings": _jsonable(settings),
         "seed": seed,
         "budget": {"profile": budget.profile, "num_draws": budget.num_draws},
+        "reference": reference_store.describe(problem),
         "num_gold_draws": None if draws is None else len(draws),
         "status": result.status,
         "reason": result.reason,

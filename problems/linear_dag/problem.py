@@ -170,26 +170,55 @@ class LinearDAG(Problem):
         """Uniform over DAGs, or penalised by edge count."""
         return self._device.get("log_prior", model_index.device).index_select(0, model_index)
 
-    def log_joint_with(self, xp: Any, model_index: Any, theta: Any) -> Any:
-        """log p(G) + sum_j [log p(s_j) + log s_j + log p(w_j | s_j) + log p(x_j | x_Pa, w_j, s_j)]."""
-        d, n, slots = self.num_nodes, self._config["num_samples"], self.num_slots
-        a0, b0, c2 = self._config["noise_shape"], self._config["noise_rate"], self._config["coef_scale"] ** 2
+    def _weights(self, xp: Any, model_index: Any, theta: Any) -> tuple[Any, Any, Any, Any]:
+        """Weight matrix W[i, j] ``[B, d, d]``, parents per node, log s and 1 / s from saturated vectors."""
+        d, slots = self.num_nodes, self.num_slots
         slot_active = xp.take(xp.constant(self._device, "slot_masks", theta, exact_dtype=False), model_index)
         slot_flat = xp.constant(self._device, "slot_flat", theta, exact_dtype=False)
         weights = xp.scatter_columns(d * d, slot_flat, xp.where(slot_active, theta[:, :slots], 0.0)).reshape(-1, d, d)
         num_parents = xp.sum(xp.scatter_columns(d * d, slot_flat, xp.cast(slot_active, theta)).reshape(-1, d, d), 1)
         log_s = theta[:, slots:]
-        gram = xp.constant(self._device, "gram", theta)
-        # Residual sum of squares per node from the Gram matrix: S_jj - 2 sum_i W_ij S_ij + (W^T S W)_jj.
-        sse = xp.diagonal(gram) - 2.0 * xp.sum(weights * gram, 1) + xp.sum(weights * (gram @ weights), 1)
-        inv_s = xp.exp(-log_s)
-        log_lik = -0.5 * n * (LOG_2PI + log_s) - 0.5 * sse * inv_s
+        return weights, num_parents, log_s, xp.exp(-log_s)
+
+    def _log_prior_terms(self, weights: Any, num_parents: Any, log_s: Any, inv_s: Any, xp: Any) -> Any:
+        """Per-node log p(w_j | s_j) + log p(log s_j), ``[B, d]``."""
+        a0, b0, c2 = self._config["noise_shape"], self._config["noise_rate"], self._config["coef_scale"] ** 2
         squares = xp.sum(weights * weights, 1)
         log_prior_w = -0.5 * num_parents * (LOG_2PI + math.log(c2) + log_s) - 0.5 * squares * inv_s / c2
         # InverseGamma(a0, b0) on s_j with the Jacobian of s = exp(log s): a0 log b0 - lgamma(a0) - a0 log s - b0 / s.
         log_prior_s = a0 * math.log(b0) - math.lgamma(a0) - a0 * log_s - b0 * inv_s
+        return log_prior_w + log_prior_s
+
+    def log_joint_with(self, xp: Any, model_index: Any, theta: Any) -> Any:
+        """log p(G) + sum_j [log p(s_j) + log s_j + log p(w_j | s_j) + log p(x_j | x_Pa, w_j, s_j)]."""
+        n = self._config["num_samples"]
+        weights, num_parents, log_s, inv_s = self._weights(xp, model_index, theta)
+        gram = xp.constant(self._device, "gram", theta)
+        # Residual sum of squares per node from the Gram matrix: S_jj - 2 sum_i W_ij S_ij + (W^T S W)_jj.
+        sse = xp.diagonal(gram) - 2.0 * xp.sum(weights * gram, 1) + xp.sum(weights * (gram @ weights), 1)
+        log_lik = -0.5 * n * (LOG_2PI + log_s) - 0.5 * sse * inv_s
+        log_prior = self._log_prior_terms(weights, num_parents, log_s, inv_s, xp)
         log_prior_g = xp.take(xp.constant(self._device, "log_prior", theta), model_index)
-        return xp.nan_to_neg_inf(xp.row_sum(log_lik + log_prior_w + log_prior_s) + log_prior_g)
+        return xp.nan_to_neg_inf(xp.row_sum(log_lik + log_prior) + log_prior_g)
+
+    def log_prior_with(self, xp: Any, model_index: Any, theta: Any) -> Any:
+        """log p(w, log s | G): the weight and noise-variance priors of every node (log-transform Jacobian included)."""
+        terms = self._log_prior_terms(*self._weights(xp, model_index, theta), xp)
+        return xp.nan_to_neg_inf(xp.row_sum(terms))
+
+    def sample_prior(self, model_index: Tensor, generator: torch.Generator) -> Tensor:
+        """s_j ~ InverseGamma(a0, b0), w_ij | s_j ~ N(0, s_j c^2) on the DAG's edges; returns (weights, log s)."""
+        n, d = len(model_index), self.num_nodes
+        seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+        with torch.random.fork_rng(devices=[]):  # torch's Gamma sampler takes no generator
+            torch.manual_seed(seed)
+            gamma = torch._standard_gamma(torch.full((n, d), self._config["noise_shape"], dtype=torch.float64))
+        noise_var = self._config["noise_rate"] / gamma
+        slot_child = torch.tensor([c for _, c in self.model_space.slots], dtype=torch.int64)
+        scale = noise_var[:, slot_child].sqrt() * self._config["coef_scale"]
+        weights = torch.randn(n, self.num_slots, generator=generator, dtype=torch.float64) * scale
+        weights = torch.where(self._slot_masks.index_select(0, model_index), weights, 0.0)
+        return torch.cat([weights, noise_var.log()], dim=-1)
 
     # --------------------------------------------------------------- ground truth
     def reference_model_probs(self) -> ModelProbs:

@@ -8,6 +8,7 @@ import torch
 from scipy import stats
 
 from problems.linear_dag.problem import LinearDAG
+from suite.backend import TORCH
 
 
 @pytest.fixture(scope="module")
@@ -85,3 +86,32 @@ def test_model_probabilities_follow_evidence_and_prior(dag: LinearDAG) -> None:
     edges = dag._slot_masks.sum(-1).double()
     prior = dag.log_model_prior(dag.model_space.all_indices())
     torch.testing.assert_close(prior - prior[0], -0.5 * edges)
+
+
+def test_log_joint_minus_prior_is_the_gaussian_likelihood(dag: LinearDAG) -> None:
+    # log p(D, theta, G) - log p(G) - log p(theta | G) = sum_j log N(x_j; X W_j, s_j), computed here with scipy.
+    gen = torch.Generator().manual_seed(4)
+    models = torch.randint(0, dag.num_models, (20,), generator=gen)
+    theta = dag.sample_prior(models, gen)
+    d = dag.num_nodes
+    weights = torch.zeros(20, d * d, dtype=torch.float64)
+    weights[:, dag._slot_flat] = theta[:, : dag.num_slots]
+    x = dag.data.numpy()
+    expected = []
+    for n in range(20):
+        w = weights[n].view(d, d).numpy()
+        s = np.exp(theta[n, dag.num_slots :].numpy())
+        expected.append(stats.norm(x @ w, np.sqrt(s)).logpdf(x).sum())
+    got = dag.log_joint(models, theta) - dag.log_model_prior(models) - dag.log_prior_with(TORCH, models, theta)
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-10)
+
+
+def test_prior_draws_follow_the_prior(dag: LinearDAG) -> None:
+    # log s_j with s_j ~ InverseGamma(1.5, 1): E[log s] = log b0 - digamma(a0); inactive slots are zero.
+    gen = torch.Generator().manual_seed(5)
+    models = torch.randint(0, dag.num_models, (40_000,), generator=gen)
+    theta = dag.sample_prior(models, gen)
+    assert (theta[~dag.mask(models)] == 0).all()
+    log_s = theta[:, dag.num_slots :]
+    se = log_s.std() / math.sqrt(log_s.numel())
+    assert abs(float(log_s.mean()) - (0.0 - float(torch.special.digamma(torch.tensor(1.5))))) < 4.5 * float(se)

@@ -1,0 +1,8 @@
+"""Run the reference engine's command line."""
+
+import sys
+
+import problems  # noqa: F401  (registers the built-in problems)
+from suite.reference.cli import main
+
+sys.exit(main())

@@ -1,0 +1,88 @@
+"""``python -m suite.reference PROBLEM[,PROBLEM...]``: compute, store and show ground-truth references."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from suite.problem import Problem
+from suite.reference import store
+from suite.reference.engine import EngineSettings, estimate_reference
+from suite.reference.nuts import NUTSSettings
+from suite.reference.smc import SMCSettings
+from suite.reference.store import has_exact_reference
+from suite.registry import UnknownNameError, available_problems, make_problem
+
+
+def settings_for(problem: Problem, args: argparse.Namespace) -> EngineSettings:
+    """Engine settings: defaults, then the problem's ``reference_settings``, then command-line overrides."""
+    own = getattr(problem, "reference_settings", {})
+    smc = dataclasses.replace(SMCSettings(), **own.get("smc", {}))
+    nuts = dataclasses.replace(NUTSSettings(), **own.get("nuts", {}))
+    if args.particles:
+        smc = dataclasses.replace(smc, num_particles=args.particles)
+    if args.runs:
+        smc = dataclasses.replace(smc, num_runs=args.runs)
+    return EngineSettings(smc=smc, nuts=nuts, num_gold_draws=args.gold_draws, seed=args.seed)
+
+
+def show(problem: Problem, reference: store.Reference, exact: np.ndarray | None = None, top: int = 12) -> None:
+    """Print the most probable models with log evidence, probability and their standard errors."""
+    order = np.argsort(-reference.prob)[:top]
+    models = reference.provenance.get("models", list(range(len(reference.prob))))
+    header = f"{'model':>24} {'log p(D|m)':>12} {'± se':>8} {'p(m|D)':>9} {'± se':>8}"
+    print(header + ("      exact" if exact is not None else ""))
+    for i in order:
+        ident = problem.model_space.identifier(int(models[i]))
+        line = f"{ident:>24} {reference.log_evidence[i]:12.4f} {reference.log_evidence_se[i]:8.4f} "
+        line += f"{reference.prob[i]:9.5f} {reference.prob_se[i]:8.5f}"
+        if exact is not None:
+            line += f"  {exact[i]:9.5f}"
+        print(line)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point."""
+    parser = argparse.ArgumentParser(prog="python -m suite.reference", description=__doc__)
+    parser.add_argument("problems", help="comma-separated problem names, or 'all'")
+    parser.add_argument("--force", action="store_true", help="recompute even if a reference is stored")
+    parser.add_argument("--out", type=Path, default=store.SHIPPED_DIR, help="folder to store references in")
+    parser.add_argument("--particles", type=int, default=None, help="SMC particles per run")
+    parser.add_argument("--runs", type=int, default=None, help="independent SMC runs per model")
+    parser.add_argument("--gold-draws", type=int, default=10_000, help="gold-standard draws to store")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--validate",
+        action="store_true",
+        help="for problems with exact answers: estimate anyway and compare (nothing is stored)",
+    )
+    args = parser.parse_args(argv)
+    names = list(available_problems()) if args.problems == "all" else args.problems.split(",")
+    try:
+        chosen = [make_problem(n) for n in names]
+    except UnknownNameError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for problem in chosen:
+        if problem.unavailable_reason():
+            print(f"{problem.name}: unavailable: {problem.unavailable_reason()}")
+            continue
+        if has_exact_reference(problem) and not args.validate:
+            print(f"{problem.name}: exact ground truth; nothing to compute (--validate compares the engine with it)")
+            continue
+        if not args.validate and not args.force and store.find(problem) is not None:
+            print(f"{problem.name}: stored at {store.find(problem)} (--force recomputes)")
+            show(problem, store.load(problem))
+            continue
+        reference = estimate_reference(problem, settings_for(problem, args))
+        if args.validate and has_exact_reference(problem):
+            show(problem, reference, exact=problem.reference_model_probs().dense(problem.num_models).numpy())
+            continue
+        path = reference.save(args.out)
+        print(f"{problem.name}: stored {path} in {reference.provenance['seconds']} s")
+        show(problem, reference)
+    return 0

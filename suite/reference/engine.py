@@ -1,0 +1,201 @@
+"""The reference engine: exact answers where a problem has them, otherwise SMC evidences and NUTS draws.
+
+For every model m of an enumerable problem:
+
+1. log Z_m = log p(D, m) by adaptive tempered SMC (BlackJAX), repeated over
+   independent runs; the runs' spread gives the Monte Carlo error. SMC
+   tempers from the prior when the problem provides one, otherwise from a
+   Student-t fitted to preliminary NUTS draws.
+2. p(m | D) = Z_m / sum_j Z_j, with standard errors by the delta method.
+3. Gold-standard transdimensional draws: the number of draws of each model
+   is multinomial(N, p(m | D)); each model's draws come from NumPyro NUTS
+   (several chains from dispersed SMC particles, thinned evenly), or from the
+   SMC particles when NUTS fails its R-hat check (multimodal posteriors).
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import torch
+
+from suite.problem import Problem
+from suite.reference.jax_target import JaxTarget
+from suite.reference.nuts import NUTSSampler, NUTSSettings
+from suite.reference.smc import SMCSettings, StudentTInitial, combine_runs, run_smc
+from suite.reference.store import Reference
+
+#: Largest acceptable split R-hat for NUTS draws to be used as gold draws.
+MAX_RHAT = 1.05
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Everything that decides a reference estimate."""
+
+    smc: SMCSettings = field(default_factory=SMCSettings)
+    nuts: NUTSSettings = field(default_factory=NUTSSettings)
+    num_gold_draws: int = 10_000
+    seed: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """Settings as a JSON-able dict."""
+        return {
+            "smc": self.smc.as_dict(),
+            "nuts": self.nuts.as_dict(),
+            "num_gold_draws": self.num_gold_draws,
+            "seed": self.seed,
+        }
+
+
+def versions() -> dict[str, str]:
+    """Versions of the software a reference depends on."""
+    import blackjax
+    import jax
+    import numpyro
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "jax": jax.__version__,
+        "numpyro": numpyro.__version__,
+        "blackjax": blackjax.__version__,
+        "numpy": np.__version__,
+    }
+
+
+def model_prob_se(prob: np.ndarray, log_z_se: np.ndarray) -> np.ndarray:
+    """Delta-method standard errors of p_m = Z_m / sum Z from independent errors of log Z_m.
+
+    dp_m = p_m (e_m - sum_j p_j e_j), so var p_m = p_m^2 [(1 - p_m)^2 s_m^2 + sum_{j != m} p_j^2 s_j^2].
+    """
+    weighted = (prob * log_z_se) ** 2
+    var = prob**2 * ((1 - prob) ** 2 * log_z_se**2 + weighted.sum() - weighted)
+    return np.sqrt(var)
+
+
+def _nuts_inits(pool: np.ndarray, chains: int, generator: torch.Generator) -> np.ndarray:
+    """Distinct random rows of ``pool`` ``[N, D]`` as chain starting points."""
+    pick = torch.randperm(len(pool), generator=generator)[:chains].numpy()
+    return pool[pick]
+
+
+def _even_subset(draws: np.ndarray, count: int) -> np.ndarray:
+    """``count`` evenly spaced rows of ``draws`` (thinning)."""
+    positions = np.linspace(0, len(draws) - 1, count).round().astype(np.int64)
+    return draws[positions]
+
+
+def estimate_reference(
+    problem: Problem, settings: EngineSettings | None = None, log: Any = print, models: np.ndarray | None = None
+) -> Reference:
+    """Estimate the reference of ``problem`` with SMC and NUTS (ignores any exact answer; see :func:`build`).
+
+    ``models`` restricts the work to some models (for validation); the model
+    probabilities are then over those models only.
+    """
+    settings = settings or EngineSettings()
+    started, clock = datetime.now(UTC).isoformat(), time.perf_counter()
+    target = JaxTarget.of(problem)
+    all_models = problem.model_space.all_indices()
+    models = all_models.numpy() if models is None else np.asarray(models, dtype=np.int64)
+    k = len(models)
+    generator = torch.Generator().manual_seed(settings.seed)
+    nuts = NUTSSampler(target, settings.nuts)
+    chains = settings.nuts.num_chains
+
+    initial, preliminary = None, {}
+    if not problem.has_prior:
+        log(f"{problem.name}: no prior to temper from; preliminary NUTS on {k} models to fit Student-t starts")
+        for i, m in enumerate(models):
+            inits = torch.randn(chains, target.dim, generator=generator, dtype=torch.float64).numpy()
+            preliminary[int(m)] = nuts.sample(int(m), inits, seed=settings.seed + 7919 * i)
+        initial = StudentTInitial.fit(np.stack([preliminary[int(m)].draws.reshape(-1, target.dim) for m in models]))
+
+    log(f"{problem.name}: SMC, {k} models x {settings.smc.num_runs} runs x {settings.smc.num_particles} particles")
+    smc = run_smc(target, models, initial, settings.smc, seed=settings.seed)
+    if not smc.finished.all():
+        raise RuntimeError(f"SMC did not reach the posterior within {settings.smc.max_steps} steps for some models")
+    log_z, log_z_se = combine_runs(smc.log_z)
+    log_prior = problem.log_model_prior(torch.as_tensor(models)).numpy()
+    prob = np.exp(log_z - log_z.max())
+    prob /= prob.sum()
+    prob_se = model_prob_se(prob, log_z_se)
+
+    picks = torch.multinomial(torch.as_tensor(prob), settings.num_gold_draws, replacement=True, generator=generator)
+    counts = torch.bincount(picks, minlength=k)
+    pools = smc.resampled(generator)
+    per_model: dict[str, Any] = {}
+    gold_index, gold_theta = [], []
+    masks = problem.mask(torch.as_tensor(models)).numpy()
+    for i, m in enumerate(models):
+        count = int(counts[i])
+        diag: dict[str, Any] = {
+            "log_z_runs": smc.log_z[i].tolist(),
+            "smc_steps": smc.num_steps[i].tolist(),
+            "smc_acceptance": smc.acceptance[i].tolist(),
+            "gold_draws": count,
+        }
+        if count > 0:
+            per_run = chains * settings.nuts.num_samples
+            rounds = math.ceil(count / per_run)
+            outputs = [
+                nuts.sample(int(m), _nuts_inits(pools[i], chains, generator), seed=settings.seed + 104_729 * i + r)
+                for r in range(rounds)
+            ]
+            rhat = max(o.max_rhat for o in outputs)
+            diag.update(
+                nuts_rhat=rhat,
+                nuts_ess=sum(o.min_ess for o in outputs),
+                nuts_divergences=sum(o.divergences for o in outputs),
+            )
+            if rhat <= MAX_RHAT:
+                pool, diag["draws_from"] = np.concatenate([o.draws.reshape(-1, target.dim) for o in outputs]), "nuts"
+            else:
+                pool, diag["draws_from"] = pools[i], "smc (NUTS R-hat too large)"
+                log(
+                    f"  model {problem.model_space.identifier(int(m))}: NUTS R-hat {rhat:.3f} > {MAX_RHAT}; "
+                    "gold draws from SMC particles"
+                )
+            chosen = _even_subset(pool, count) if count <= len(pool) else pool[np.resize(np.arange(len(pool)), count)]
+            gold_index.append(np.full(count, m, dtype=np.int64))
+            gold_theta.append(np.where(masks[i], chosen, 0.0))
+        per_model[problem.model_space.identifier(int(m))] = diag
+    order = torch.randperm(settings.num_gold_draws, generator=generator).numpy()
+    gold_index_arr = np.concatenate(gold_index)[order]
+    gold_theta_arr = np.concatenate(gold_theta)[order]
+
+    worst = max((d.get("nuts_rhat", 1.0) for d in per_model.values() if d.get("draws_from") == "nuts"), default=1.0)
+    provenance = {
+        "method": "smc-evidence+nuts-draws" if initial is None else "nuts+t-tempered-smc-evidence",
+        "smc_initial": "prior" if initial is None else "student-t fitted to NUTS draws",
+        "settings": settings.as_dict(),
+        "versions": versions(),
+        "started_at": started,
+        "seconds": round(time.perf_counter() - clock, 1),
+        "models": [int(m) for m in models],
+        "max_log_evidence_se": float(log_z_se.max()),
+        "max_prob_se": float(prob_se.max()),
+        "max_nuts_rhat_used": float(worst),
+        "per_model": per_model,
+    }
+    if problem.has_prior and preliminary:
+        provenance["preliminary_nuts"] = {int(m): o.max_rhat for m, o in preliminary.items()}
+    return Reference(
+        problem=problem.name,
+        config=problem.config(),
+        log_evidence=log_z - log_prior,
+        log_evidence_se=log_z_se,
+        log_model_prior=log_prior,
+        prob=prob,
+        prob_se=prob_se,
+        gold_model_index=gold_index_arr,
+        gold_theta=gold_theta_arr,
+        provenance=provenance,
+    )

@@ -1,0 +1,48 @@
+"""Stored references: keys, round trip, lookup and the problem's default ground truth."""
+
+import numpy as np
+import pytest
+import torch
+
+from problems.linear_dag.problem import LinearDAG
+from suite.reference import store
+from suite.registry import make_problem
+
+
+def _reference(problem, n: int = 50) -> store.Reference:
+    k = problem.num_models
+    rng = np.random.default_rng(0)
+    prob = rng.dirichlet(np.ones(k))
+    index = rng.integers(0, k, n)
+    theta = np.where(problem.mask(torch.as_tensor(index)).numpy(), rng.standard_normal((n, problem.dim_max)), 0.0)
+    return store.Reference(
+        problem.name, problem.config(), np.log(prob), np.full(k, 0.01), np.full(k, -np.log(k)), prob,
+        np.full(k, 0.001), index, theta, {"method": "test"},
+    )
+
+
+def test_key_depends_on_name_and_config() -> None:
+    assert store.reference_key(LinearDAG(num_nodes=3)) == store.reference_key(LinearDAG(num_nodes=3))
+    assert store.reference_key(LinearDAG(num_nodes=3)) != store.reference_key(LinearDAG(num_nodes=3, data_seed=1))
+
+
+def test_round_trip_and_lookup(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    problem = LinearDAG(num_nodes=3, data_seed=11)
+    monkeypatch.setenv(store.ENV_VAR, str(tmp_path))
+    assert store.find(problem) is None and "python -m suite.reference" in store.missing_message(problem)
+    saved = _reference(problem)
+    saved.save(tmp_path)
+    loaded = store.load(problem)
+    np.testing.assert_array_equal(loaded.prob, saved.prob)
+    np.testing.assert_array_equal(loaded.gold_model_index, saved.gold_model_index)
+    np.testing.assert_allclose(loaded.gold_theta, saved.gold_theta, rtol=1e-7)  # stored as float32
+    assert loaded.provenance["method"] == "test"
+    assert not list(tmp_path.rglob("*.tmp"))
+    draws = loaded.draws(20, torch.Generator().manual_seed(0))
+    assert len(draws) == 20 and draws.theta.dtype == torch.float64
+    assert len(loaded.draws(10_000, torch.Generator().manual_seed(0))) == 50  # capped at what is stored
+
+
+def test_exact_problems_never_use_stored_estimates() -> None:
+    assert store.describe(make_problem("sas")) == {"kind": "exact"}
+    assert store.has_exact_reference(make_problem("linear-dag-d4"))
