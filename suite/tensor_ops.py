@@ -54,8 +54,11 @@ class DeviceCache:
         """Tensor ``name`` as a JAX array (converted once; ``dtype`` is a numpy/JAX dtype)."""
         key = (name, "jax", dtype)
         if key not in self._copies:
+            import jax
             import jax.numpy as jnp
 
             array = self._base[name].detach().cpu().numpy()
-            self._copies[key] = jnp.asarray(array, dtype=dtype or array.dtype)
+            # A first call may come from inside a jit trace: build a concrete array, never a tracer, to cache.
+            with jax.ensure_compile_time_eval():
+                self._copies[key] = jnp.asarray(array, dtype=dtype or array.dtype)
         return self._copies[key]

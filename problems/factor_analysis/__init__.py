@@ -1,1 +1,5 @@
-"""Placeholder: filled in by the problem module."""
+"""Bayesian factor analysis (TRJ sec. 4.2): 1-3 factors on six exchange rates, plus a simulated variant."""
+
+from problems.factor_analysis.problem import FactorAnalysis, FactorAnalysisK23, SimulatedFactorAnalysis
+
+__all__ = ["FactorAnalysis", "FactorAnalysisK23", "SimulatedFactorAnalysis"]

@@ -1,0 +1,220 @@
+"""Misspecified robust variable selection (VTI, Davies et al. 2025, sec. 5.1 and App. E).
+
+A linear regression y_i = x_i^T (beta * mask) + noise on n = 50 simulated rows
+with an intercept and ``num_covariates`` covariates; the model is the subset
+gamma in {0, 1}^num_covariates of covariates included (the intercept always
+is), so mask(gamma) = [1, gamma] and there are 2^num_covariates models (128 by
+default), with a uniform model prior. Priors: beta_j ~ N(0, prior_scale^2) on
+every active coefficient (1.5 "focused", 10 "wide").
+
+Likelihood (CODE ≠ PAPER; this follows the authors' code, avti
+``RobustVS.log_prob``): with r_i = y_i - x_i^T (beta * mask), a = 0.1,
+s1 = 1, s2 = 10 fixed whatever the data-generating noise,
+
+    log p(y | beta, gamma) = sum_i [m_i + log((1-a) e^{u_i - m_i} + a e^{v_i - m_i} + 1e-15)],
+    u_i = -r_i^2 / (2 s1^2),  v_i = -r_i^2 / (2 s2^2),  m_i = max(u_i, v_i) = v_i,
+
+i.e. unnormalised Gaussian kernels (no 1/(s sqrt(2 pi)) factors, so relative
+to normalised densities the outlier component has weight a s2 / ((1-a) s1 +
+a s2) = 1/1.9) and the 1e-15 added after the max shift, where it changes
+each term by less than 1e-14 (it is not the floor log(1e-15) that adding it
+before the shift would put on large residuals). The paper's eq. 20 writes
+p(y_i | ...) = mu(x_i) + (1-a) N(y_i; 0, s1^2) + a N(y_i; 0, s2^2), a typo
+for a normalised 0.9/0.1 mixture centred at mu(x_i). The VTI code's saturated
+target also puts N(0, 1) on inactive coordinates; here they are ignored.
+
+Data (avti ``RobustVS._generate``, see :mod:`problems.robust_vs.data`) come
+from three misspecification levels: "none" (noise as in the likelihood),
+"mid" (inlier sd 2, outlier sd 5, coefficients 0.5 then 1.5 on the two halves
+of the rows) and "high" (sd 4 and 4, as mid plus correlated covariates).
+Configurations of the paper's figures (|M| = 128, data seeds 1000..1009 for
+the 10 replicates, 1000 being the first):
+
+- ``robust-vs`` (registered; high, prior 1.5, seed 1000): Fig. 2 right half and Fig. 9, first replicate
+  (Fig. 11 shows its DGP model's posterior);
+- ``misspecification="mid"``: Fig. 2 left half and Fig. 7; ``"none"``: Fig. 5;
+- ``prior_scale=10``: the wide-prior Figs. 6 (none), 8 (mid) and 10 (high);
+- ``num_covariates`` = 9, 14, 19, 24 (mid or high): the cardinality sweep of Fig. 4.
+
+The authors simulated under torch's default dtype and device (float32 on the
+GPU for Fig. 2), so their data sets share the distribution, not the numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from problems.robust_vs.data import SETTINGS, generate
+from suite.backend import TORCH
+from suite.model_space import BinarySpace
+from suite.problem import LOG_SQRT_2PI, Problem
+from suite.registry import register_problem
+from suite.tensor_ops import DeviceCache
+
+#: Likelihood constants of the authors' code (never the data-generating ones).
+OUTLIER_WEIGHT = 0.1
+LIK_SIGMA1 = 1.0
+LIK_SIGMA2 = 10.0
+LOG_EPS = 1e-15
+#: Per observation the log-likelihood is -C2 r^2 + log((1 - a) exp(-C12 r^2) + a + 1e-15).
+C2 = 0.5 / LIK_SIGMA2**2
+C12 = 0.5 / LIK_SIGMA1**2 - C2
+#: Mixture terms are multiplied in groups of GROUP (a power of two) before their log is taken.
+GROUP = 4
+#: Spaces up to 2^16 models look masks and per-model constants up in tables.
+MAX_TABULATED_BITS = 16
+
+
+@register_problem("robust-vs")
+class RobustVS(Problem):
+    """Misspecified robust variable selection of VTI sec. 5.1: 2^7 = 128 covariate subsets, mixture-noise likelihood."""
+
+    main_metric: ClassVar[str] = "model_prob_tv"
+
+    def __init__(
+        self,
+        num_covariates: int = 7,
+        misspecification: str = "high",
+        prior_scale: float = 1.5,
+        data_seed: int = 1000,
+        num_observations: int = 50,
+    ) -> None:
+        if misspecification not in SETTINGS:
+            raise ValueError(f"misspecification must be one of {', '.join(SETTINGS)}; got {misspecification!r}")
+        if not isinstance(num_covariates, int) or not 4 <= num_covariates <= 62:
+            raise ValueError(
+                f"num_covariates must be an int in [4, 62] (int(0.4 * (num_covariates + 1)) >= 2 relevant columns "
+                f"and model indices in int64); got {num_covariates!r}"
+            )
+        if not (isinstance(prior_scale, int | float) and math.isfinite(prior_scale) and prior_scale > 0):
+            raise ValueError(f"prior_scale must be positive and finite (1.5 focused, 10 wide); got {prior_scale!r}")
+        if not isinstance(data_seed, int):
+            raise ValueError(f"data_seed must be an int; got {data_seed!r}")
+        if not isinstance(num_observations, int) or num_observations < 1:
+            raise ValueError(f"num_observations must be a positive int; got {num_observations!r}")
+        self._config = {
+            "num_covariates": num_covariates,
+            "misspecification": misspecification,
+            "prior_scale": float(prior_scale),
+            "data_seed": data_seed,
+            "num_observations": num_observations,
+        }
+        self.model_space = BinarySpace(num_covariates)
+        self.dim_max = num_covariates + 1
+        data = generate(num_observations, self.dim_max, SETTINGS[misspecification], data_seed)
+        self.x, self.y, self.relevant, self.outliers = data.x, data.y, data.relevant, data.outliers
+        #: Index of the data-generating model (its relevant covariates), for marking it in plots.
+        self.true_model_index = sum(1 << (j - 1) for j in self.relevant if j > 0)
+        self._prior_scale = float(prior_scale)
+        self._log_model_prior = -num_covariates * math.log(2.0)
+        self._log_norm = math.log(self._prior_scale) + LOG_SQRT_2PI  # -log N(0; 0, s^2) per active coefficient
+        self._tabulated = num_covariates <= MAX_TABULATED_BITS
+        self._device = self._constants()
+
+    def _constants(self) -> DeviceCache:
+        """Data and tables for the log joint, on the CPU in float64 (DeviceCache copies them per device/dtype)."""
+        x, y, n, p = self.x, self.y, self.x.shape[0], self.dim_max
+        # Observations are padded with neutral columns (mixture term exactly 1) to a multiple of GROUP, so
+        # that the per-observation terms can be multiplied in groups of GROUP before one log per group.
+        padded = -(-n // GROUP) * GROUP
+        xt_scaled = torch.zeros(p, padded, dtype=torch.float64)
+        xt_scaled[:, :n] = x.T * math.sqrt(C12)
+        neg_y_scaled = torch.zeros(padded, dtype=torch.float64)
+        neg_y_scaled[:n] = -y * math.sqrt(C12)
+        log_inlier_weight = torch.full((padded,), -math.inf, dtype=torch.float64)
+        log_inlier_weight[:n] = math.log(1.0 - OUTLIER_WEIGHT)
+        outlier_weight = torch.ones(padded, dtype=torch.float64)
+        outlier_weight[:n] = OUTLIER_WEIGHT + LOG_EPS
+        # The Gaussian parts, -C2 |y - X b|^2 - |b|^2 / (2 s^2), as the quadratic form b^T Q b + lin^T b + const.
+        quad = -C2 * (x.T @ x) - 0.5 / self._prior_scale**2 * torch.eye(p, dtype=torch.float64)
+        self._quad_const = -C2 * float(y @ y)
+        shifts = torch.arange(p, dtype=torch.int64)
+        tables = {}
+        if self._tabulated:
+            masks = self._bits(self.model_space.all_indices(), shifts)
+            # per model: log p(m) - |active| log(s sqrt(2 pi)) + the constant of the quadratic form
+            num_active = masks.sum(-1).to(torch.float64)
+            tables = {"masks": masks, "offset": self._log_model_prior + self._quad_const - num_active * self._log_norm}
+        return DeviceCache(
+            xt_scaled=xt_scaled,
+            neg_y_scaled=neg_y_scaled,
+            log_inlier_weight=log_inlier_weight,
+            outlier_weight=outlier_weight,
+            quad=quad,
+            lin=2.0 * C2 * (x.T @ y),
+            shifts=shifts,
+            **tables,
+        )
+
+    # ------------------------------------------------------------------ contract
+    def config(self) -> dict[str, Any]:
+        """Constructor arguments."""
+        return dict(self._config)
+
+    def mask(self, model_index: Tensor) -> Tensor:
+        """[1, gamma_1, ..., gamma_p]: the intercept and the included covariates."""
+        return self._mask(TORCH, model_index)
+
+    def log_model_prior(self, model_index: Tensor) -> Tensor:
+        """Uniform over the 2^num_covariates subsets."""
+        return torch.full(model_index.shape, self._log_model_prior, dtype=torch.float64, device=model_index.device)
+
+    def log_prior_with(self, xp: Any, model_index: Any, theta: Any) -> Any:
+        """sum over active j of log N(beta_j; 0, prior_scale^2)."""
+        active = self._mask(xp, model_index)
+        beta = xp.where(active, theta, 0.0)
+        num_active = xp.row_sum(xp.cast(active, theta))
+        return xp.axpy(xp.row_sum(beta * beta) * (-0.5 / self._prior_scale**2), num_active, -self._log_norm)
+
+    def log_joint_with(self, xp: Any, model_index: Any, theta: Any) -> Any:
+        """log p(gamma) + log N(beta_active; 0, s^2 I) + the mixture-kernel log-likelihood of the authors' code.
+
+        Per observation the likelihood term is -C2 r^2 + log((1-a) e^{-C12 r^2} + a + 1e-15); the
+        Gaussian parts (-C2 r^2 summed, and the prior's -|beta|^2 / (2 s^2)) form one quadratic in beta.
+        """
+        active = self._mask(xp, model_index)
+        beta = xp.where(active, theta, 0.0)
+        if self._tabulated:
+            offset = xp.take(xp.constant(self._device, "offset", theta), model_index)
+        else:
+            num_active = xp.row_sum(xp.cast(active, theta))
+            offset = num_active * (-self._log_norm) + (self._log_model_prior + self._quad_const)
+        quadratic = beta @ xp.constant(self._device, "quad", theta) + xp.constant(self._device, "lin", theta)
+        gaussian = xp.row_sum(quadratic * beta)
+        return xp.nan_to_neg_inf(self._log_mixture(xp, beta) + gaussian + offset)
+
+    # ------------------------------------------------------------------ pieces
+    def _mask(self, xp: Any, model_index: Any) -> Any:
+        """Active coordinates as bools ``[B, dim_max]`` (table lookup for small spaces, else bit arithmetic)."""
+        if self._tabulated:
+            return xp.take(xp.constant(self._device, "masks", model_index, exact_dtype=False), model_index)
+        shifts = xp.constant(self._device, "shifts", model_index, exact_dtype=False)
+        return self._bits(model_index, shifts)
+
+    @staticmethod
+    def _bits(model_index: Any, shifts: Any) -> Any:
+        """Bit j of 2 m + 1: 1 for the intercept (j = 0), gamma_j for covariate j >= 1."""
+        return ((2 * model_index + 1)[:, None] >> shifts) & 1 == 1
+
+    def _log_mixture(self, xp: Any, beta: Any) -> Any:
+        """sum_i log((1-a) e^{-C12 r_i^2} + a + 1e-15), r = y - X beta: one log per GROUP observations."""
+        # s = sqrt(C12) (X beta - y) from one matmul with prescaled data, so that -C12 r^2 = -s^2.
+        s = beta @ xp.constant(self._device, "xt_scaled", beta) + xp.constant(self._device, "neg_y_scaled", beta)
+        inlier = xp.exp(xp.fma(xp.constant(self._device, "log_inlier_weight", beta), s, s, -1.0))
+        terms = inlier + xp.constant(self._device, "outlier_weight", beta)  # each in [0.1, 1]
+        for _ in range(GROUP.bit_length() - 1):  # products of GROUP terms stay >= 0.1^GROUP (float32-safe)
+            half = terms.shape[1] // 2
+            terms = terms[:, :half] * terms[:, half:]
+        return xp.row_sum(xp.log(terms))
+
+    # ------------------------------------------------------------ prior sampling
+    def sample_prior(self, model_index: Tensor, generator: torch.Generator) -> Tensor:
+        """beta_j ~ N(0, prior_scale^2) on the active coordinates, exactly 0 elsewhere (float64)."""
+        z = torch.randn(
+            len(model_index), self.dim_max, generator=generator, dtype=torch.float64, device=generator.device
+        )
+        return torch.where(self.mask(model_index.to(generator.device)), z * self._prior_scale, 0.0)
