@@ -14,10 +14,7 @@ from suite.registry import problem_class
 LONG_COLUMNS = ["problem", "method", "seed", "config_hash", "metric", "value", "se", "status", "reason"]
 #: Column order of the summary tables (metrics absent for a problem are dropped).
 METRIC_ORDER = ["model_prob_tv", "model_prob_kl", "model_prob_max_abs", "cross_entropy", "walltime_s"]
-LEGEND = (
-    "mean ± standard error over seeds; (MC ± x): Monte Carlo error of the metric itself "
-    "(from the gold draws for cross-entropy, from the reference's own error for model-probability errors)"
-)
+LEGEND = "mean ± standard error over seeds; (MC ± x): the metric's own Monte Carlo error (gold draws / reference)"
 
 
 def long_table(records: list[dict[str, Any]]) -> pd.DataFrame:

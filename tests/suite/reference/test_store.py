@@ -16,8 +16,16 @@ def _reference(problem, n: int = 50) -> store.Reference:
     index = rng.integers(0, k, n)
     theta = np.where(problem.mask(torch.as_tensor(index)).numpy(), rng.standard_normal((n, problem.dim_max)), 0.0)
     return store.Reference(
-        problem.name, problem.config(), np.log(prob), np.full(k, 0.01), np.full(k, -np.log(k)), prob,
-        np.full(k, 0.001), index, theta, {"method": "test"},
+        problem.name,
+        problem.config(),
+        np.log(prob),
+        np.full(k, 0.01),
+        np.full(k, -np.log(k)),
+        prob,
+        np.full(k, 0.001),
+        index,
+        theta,
+        {"method": "test"},
     )
 
 
@@ -46,3 +54,18 @@ def test_round_trip_and_lookup(tmp_path, monkeypatch: pytest.MonkeyPatch) -> Non
 def test_exact_problems_never_use_stored_estimates() -> None:
     assert store.describe(make_problem("sas")) == {"kind": "exact"}
     assert store.has_exact_reference(make_problem("linear-dag-d4"))
+
+
+def test_shipped_references_match_their_problems() -> None:
+    """Every shipped reference belongs to a registered problem with an unchanged configuration and says how it
+    was made; so a changed problem never silently uses a stale reference."""
+    shipped = sorted(store.SHIPPED_DIR.glob("*/*.npz"))
+    assert shipped, "no shipped references"
+    for path in shipped:
+        reference = store.Reference.read(path)
+        problem = make_problem(reference.problem)
+        assert path.stem == store.reference_key(problem), f"{path} is stale: regenerate it"
+        assert reference.prob.sum() == pytest.approx(1.0, abs=1e-12)
+        assert np.all(reference.prob_se >= 0) and np.all(np.isfinite(reference.log_evidence_se))
+        assert {"method", "settings", "versions", "per_model"} <= set(reference.provenance)
+        assert (reference.gold_theta[~problem.mask(torch.as_tensor(reference.gold_model_index)).numpy()] == 0).all()
