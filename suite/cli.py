@@ -12,7 +12,7 @@ import torch
 from tqdm.auto import tqdm
 
 from suite import records as rec
-from suite.harness import DEVICE_CHOICES, resolve_device
+from suite.harness import DEVICE_CHOICES, resolve_device, tune_allocator
 from suite.leaderboard import format_for_terminal, write_leaderboards
 from suite.method import DTYPES, PROFILES, Budget, Method
 from suite.plots import plot_model_probs
@@ -187,6 +187,7 @@ def report(records: list[dict], out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
+    tune_allocator()
     args = build_parser().parse_args(argv)
     if args.list:
         print_registry()

@@ -160,3 +160,26 @@ def environment(device: torch.device, dtype: str) -> dict[str, Any]:
     if device.type == "cuda":
         info["cuda"] = torch.version.cuda
     return info
+
+
+def tune_allocator() -> bool:
+    """Keep freed buffers in the process (glibc): returns True if applied.
+
+    glibc returns large freed blocks (batched temporaries of a few MB) to the
+    OS and faults them back in on the next call; on this kind of VM that made
+    batch-4096 log joints 4-5x slower and RJMCMC on robust-vs 20% slower.
+    Raising the mmap and trim thresholds to 256 MiB keeps them. Peak memory
+    is unchanged; only its return to the OS is deferred.
+    """
+    import ctypes
+    import ctypes.util
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        m_trim_threshold, m_mmap_threshold = -1, -3
+        return bool(libc.mallopt(m_mmap_threshold, 256 << 20)) and bool(libc.mallopt(m_trim_threshold, 512 << 20))
+    except (OSError, AttributeError):  # not glibc
+        return False

@@ -87,7 +87,7 @@ class RJMCMCBaseline(Method):
 
     profiles: ClassVar[dict[str, dict[str, Any]]] = {
         "smoke": {"num_chains": 256, "burn_in": 200, "num_iterations": 400, "thin": 4},
-        "quick": {"num_chains": 1024, "burn_in": 1000, "num_iterations": 4000, "thin": 10},
+        "quick": {"num_chains": 512, "burn_in": 1000, "num_iterations": 2500, "thin": 5},
         # VTI App. E.4: 50,000 iterations keeping every 50th; TRJ sec. 4: 10^4-10^5 steps.
         "paper": {"num_chains": 1024, "burn_in": 10000, "num_iterations": 50000, "thin": 50},
     }

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from suite.harness import tune_allocator
 from suite.problem import Problem
 from suite.reference import store
 from suite.reference.engine import EngineSettings, estimate_reference
@@ -27,7 +28,8 @@ def settings_for(problem: Problem, args: argparse.Namespace) -> EngineSettings:
         smc = dataclasses.replace(smc, num_particles=args.particles)
     if args.runs:
         smc = dataclasses.replace(smc, num_runs=args.runs)
-    return EngineSettings(smc=smc, nuts=nuts, num_gold_draws=args.gold_draws, seed=args.seed)
+    extra = {k: v for k, v in own.items() if k == "max_nuts_models"}
+    return EngineSettings(smc=smc, nuts=nuts, num_gold_draws=args.gold_draws, seed=args.seed, **extra)
 
 
 def show(problem: Problem, reference: store.Reference, exact: np.ndarray | None = None, top: int = 12) -> None:
@@ -47,6 +49,7 @@ def show(problem: Problem, reference: store.Reference, exact: np.ndarray | None 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point."""
+    tune_allocator()
     parser = argparse.ArgumentParser(prog="python -m suite.reference", description=__doc__)
     parser.add_argument("problems", help="comma-separated problem names, or 'all'")
     parser.add_argument("--force", action="store_true", help="recompute even if a reference is stored")

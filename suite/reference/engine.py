@@ -43,6 +43,9 @@ class EngineSettings:
     nuts: NUTSSettings = field(default_factory=NUTSSettings)
     num_gold_draws: int = 10_000
     seed: int = 0
+    #: NUTS runs only for the most probable models (each run costs seconds and compiled code that JAX
+    #: keeps in memory); the other models' gold draws are SMC particles.
+    max_nuts_models: int = 32
 
     def as_dict(self) -> dict[str, Any]:
         """Settings as a JSON-able dict."""
@@ -51,6 +54,7 @@ class EngineSettings:
             "nuts": self.nuts.as_dict(),
             "num_gold_draws": self.num_gold_draws,
             "seed": self.seed,
+            "max_nuts_models": self.max_nuts_models,
         }
 
 
@@ -134,6 +138,8 @@ def estimate_reference(
     per_model: dict[str, Any] = {}
     gold_index, gold_theta = [], []
     masks = problem.mask(torch.as_tensor(models)).numpy()
+    rank = np.empty(k, dtype=np.int64)
+    rank[np.argsort(-prob, kind="stable")] = np.arange(k)
     for i, m in enumerate(models):
         count = int(counts[i])
         diag: dict[str, Any] = {
@@ -142,7 +148,13 @@ def estimate_reference(
             "smc_acceptance": smc.acceptance[i].tolist(),
             "gold_draws": count,
         }
-        if count > 0:
+        if count > 0 and rank[i] >= settings.max_nuts_models:
+            diag["draws_from"] = f"smc (NUTS only for the {settings.max_nuts_models} most probable models)"
+            pool = pools[i]
+            chosen = _even_subset(pool, count) if count <= len(pool) else pool[np.resize(np.arange(len(pool)), count)]
+            gold_index.append(np.full(count, m, dtype=np.int64))
+            gold_theta.append(np.where(masks[i], chosen, 0.0))
+        elif count > 0:
             per_run = chains * settings.nuts.num_samples
             rounds = math.ceil(count / per_run)
             outputs = [
