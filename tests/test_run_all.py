@@ -24,7 +24,7 @@ def test_list_shows_everything_registered(capsys: pytest.CaptureFixture) -> None
     ("argv", "message"),
     [
         (["--methods", "nope"], "unknown method(s) 'nope'; valid methods: rjmcmc-baseline"),
-        (["--problems", "sas,nope"], "unknown problem(s) 'nope'; valid problems: linear-dag, "),
+        (["--problems", "sas,nope"], "unknown problem(s) 'nope'; valid problems: block-vs, "),
         (["--seeds", "0"], "--seeds must be a positive integer"),
         (["--draws", "-3"], "--draws must be a positive integer"),
         (["--eval-draws", "0"], "--eval-draws must be a positive integer"),
