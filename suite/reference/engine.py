@@ -99,7 +99,7 @@ def _even_subset(draws: np.ndarray, count: int) -> np.ndarray:
 def estimate_reference(
     problem: Problem, settings: EngineSettings | None = None, log: Any = print, models: np.ndarray | None = None
 ) -> Reference:
-    """Estimate the reference of ``problem`` with SMC and NUTS (ignores any exact answer; see :func:`build`).
+    """Estimate the reference of ``problem`` with SMC and NUTS, even when the problem has an exact answer.
 
     ``models`` restricts the work to some models (for validation); the model
     probabilities are then over those models only.
@@ -148,15 +148,12 @@ def estimate_reference(
             "smc_acceptance": smc.acceptance[i].tolist(),
             "gold_draws": count,
         }
-        if count > 0 and rank[i] >= settings.max_nuts_models:
-            diag["draws_from"] = f"smc (NUTS only for the {settings.max_nuts_models} most probable models)"
-            pool = pools[i]
-            chosen = _even_subset(pool, count) if count <= len(pool) else pool[np.resize(np.arange(len(pool)), count)]
-            gold_index.append(np.full(count, m, dtype=np.int64))
-            gold_theta.append(np.where(masks[i], chosen, 0.0))
-        elif count > 0:
-            per_run = chains * settings.nuts.num_samples
-            rounds = math.ceil(count / per_run)
+        if count == 0:
+            pool = None
+        elif rank[i] >= settings.max_nuts_models:
+            pool, diag["draws_from"] = pools[i], f"smc (NUTS only for the {settings.max_nuts_models} most probable)"
+        else:
+            rounds = math.ceil(count / (chains * settings.nuts.num_samples))
             outputs = [
                 nuts.sample(int(m), _nuts_inits(pools[i], chains, generator), seed=settings.seed + 104_729 * i + r)
                 for r in range(rounds)
@@ -175,6 +172,7 @@ def estimate_reference(
                     f"  model {problem.model_space.identifier(int(m))}: NUTS R-hat {rhat:.3f} > {MAX_RHAT}; "
                     "gold draws from SMC particles"
                 )
+        if pool is not None:
             chosen = _even_subset(pool, count) if count <= len(pool) else pool[np.resize(np.arange(len(pool)), count)]
             gold_index.append(np.full(count, m, dtype=np.int64))
             gold_theta.append(np.where(masks[i], chosen, 0.0))
@@ -197,8 +195,8 @@ def estimate_reference(
         "max_nuts_rhat_used": float(worst),
         "per_model": per_model,
     }
-    if problem.has_prior and preliminary:
-        provenance["preliminary_nuts"] = {int(m): o.max_rhat for m, o in preliminary.items()}
+    if preliminary:
+        provenance["preliminary_nuts_rhat"] = {int(m): o.max_rhat for m, o in preliminary.items()}
     return Reference(
         problem=problem.name,
         config=problem.config(),
