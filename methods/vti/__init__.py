@@ -1,0 +1,1 @@
+"""VTI: variational transdimensional inference with CoSMIC flows."""
