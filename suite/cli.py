@@ -52,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--seeds",
         type=int,
         default=None,
-        help="seeds per (problem, method), seeds 0..N-1 (default: 2 smoke, 3 quick, 10 paper)",
+        help="seeds per (problem, method), seeds 0..N-1 (default: 2 smoke, 3 quick, 10 paper; "
+        "a method may ask for fewer in a profile, e.g. the VTI methods run 1 seed in quick)",
     )
     parser.add_argument(
         "--profile",
@@ -127,12 +128,20 @@ def plan_runs(args: argparse.Namespace, device: torch.device) -> tuple[list[Plan
                 "eval_draws": args.eval_draws,
                 "device": device.type,
             }
-            for seed in range(args.seeds):
+            for seed in range(_seeds_for(method, args)):
                 plan.append(PlannedRun(rec.RunKey(problem_name, method_name, seed, config), problem, method))
     return plan, notes
 
 
+def _seeds_for(method: Method, args: argparse.Namespace) -> int:
+    """Seeds of one method: ``--seeds`` when given, else the method's own default for the profile, else the suite's."""
+    if getattr(args, "seeds_given", True):
+        return args.seeds
+    return int(method.default_seeds.get(args.profile, args.seeds))
+
+
 def _validate(args: argparse.Namespace) -> torch.device:
+    args.seeds_given = args.seeds is not None
     args.seeds = DEFAULT_SEEDS[args.profile] if args.seeds is None else args.seeds
     args.eval_draws = EVAL_DRAWS[args.profile] if args.eval_draws is None else args.eval_draws
     args.out = Path("results") / args.profile if args.out is None else args.out

@@ -79,6 +79,8 @@ class Method(ABC):
     name: ClassVar[str]
     #: Preset option values per profile; keys are field names.
     profiles: ClassVar[dict[str, dict[str, Any]]] = {}
+    #: Seeds ``run_all.py`` runs per profile when ``--seeds`` is not given (missing: the suite's default).
+    default_seeds: ClassVar[dict[str, int]] = {}
 
     dtype: str = "float64"
 

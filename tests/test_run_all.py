@@ -1,5 +1,6 @@
 """run_all.py end to end: listing, refusing bad input before any work, resuming after a kill."""
 
+import argparse
 import os
 import signal
 import subprocess
@@ -9,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from suite.cli import main
+from suite.cli import _seeds_for, main
+from suite.registry import available_methods, make_method
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,10 +69,18 @@ def test_smoke_run_writes_records_and_leaderboard(tmp_path: Path, capsys: pytest
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "== sas" in out and "rjmcmc-baseline" in out
-    assert len(list(tmp_path.glob("records/*.json"))) == 4  # 2 methods x 2 seeds
+    expected = 2 * len(available_methods())  # every method x 2 seeds (--seeds overrides methods' defaults)
+    assert len(list(tmp_path.glob("records/*.json"))) == expected
     assert (tmp_path / "leaderboard_sas.md").exists() and (tmp_path / "leaderboard_sas.png").exists()
     assert main(argv) == 0
-    assert "4 of 4 runs already have records" in capsys.readouterr().out
+    assert f"{expected} of {expected} runs already have records" in capsys.readouterr().out
+
+
+def test_methods_may_ask_for_fewer_default_seeds() -> None:
+    quick = argparse.Namespace(profile="quick", seeds=3, seeds_given=False)
+    assert _seeds_for(make_method("vti-surrogate"), quick) == 1
+    assert _seeds_for(make_method("rjmcmc-baseline"), quick) == 3
+    assert _seeds_for(make_method("vti-surrogate"), argparse.Namespace(profile="quick", seeds=5, seeds_given=True)) == 5
 
 
 def test_killed_run_resumes_without_losing_or_duplicating_records(tmp_path: Path) -> None:

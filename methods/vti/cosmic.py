@@ -124,7 +124,16 @@ def context_mlp(context_dim: int, hidden: int, depth: int, out: int) -> nn.Seque
 
 
 class _MADELayer(CoSMICLayer):
-    """Shared machinery of autoregressive CoSMIC layers: a zero-initialised MADE conditioner."""
+    """Shared machinery of autoregressive CoSMIC layers: a zero-initialised MADE conditioner.
+
+    In nflows' MADE the outputs of the first coordinate connect to no hidden
+    unit (its degree admits none), so they are a bare bias and ignore the
+    context. The first left-aligned coordinate would then get the same
+    transform in every model, and a model with one active coordinate no
+    model-specific transform at all. A zero-initialised linear map from the
+    context straight to the outputs fixes this without touching the
+    autoregressive structure (the context is not a coordinate).
+    """
 
     autoregressive = True
     multiplier: int
@@ -144,10 +153,13 @@ class _MADELayer(CoSMICLayer):
         )
         nn.init.zeros_(self.made.final_layer.weight)
         nn.init.zeros_(self.made.final_layer.bias)
+        self.context_out = nn.Linear(context_dim, dim * self.multiplier, bias=False)
+        nn.init.zeros_(self.context_out.weight)
 
     def _params(self, x: Tensor, context: Tensor) -> Tensor:
         """Conditioner output ``[B, D, multiplier]`` (nflows lays outputs out per feature)."""
-        return self.made(x, context).view(x.shape[0], self.dim, self.multiplier)
+        out = self.made(x, context) + self.context_out(context)
+        return out.view(x.shape[0], self.dim, self.multiplier)
 
     def _forward_map(self, x: Tensor, params: Tensor, active: Tensor) -> tuple[Tensor, Tensor]:
         """Elementwise map x -> y and log dy/dx per coordinate (masked entries may be anything)."""

@@ -8,8 +8,10 @@
 * ``spline(N,M)``: N rational-quadratic spline autoregressive layers with M
   residual blocks, then a shared global diagonal affine layer (the paper's
   "Spline MAF (4,6)" is ``spline(4,6)``).
-* ``sas``: one affine autoregressive layer (2 blocks) then a sinh-arcsinh
-  layer with context-MLP parameters, for skewed and heavy-tailed posteriors.
+* ``sas(N,M)``: ``affine(N,M)`` followed by a sinh-arcsinh layer with
+  context-MLP parameters, for skewed and heavy-tailed posteriors (the
+  sinh-arcsinh layer starts as the identity, so it only adds to
+  ``affine(N,M)``); ``sas`` is ``sas(1,2)``.
 
 The authors' compact names (``affine55``, ``spline46``) are accepted too.
 """
@@ -29,8 +31,8 @@ from methods.vti.cosmic import (
     CoSMICSplineMAF,
 )
 
-FLOW_TYPES = ("diag", "affine(N,M)", "spline(N,M)", "sas")
-_PATTERN = re.compile(r"^(affine|spline)(?:\((\d+),(\d+)\)|(\d)(\d))$")
+FLOW_TYPES = ("diag", "affine(N,M)", "spline(N,M)", "sas(N,M)")
+_PATTERN = re.compile(r"^(affine|spline|sas)(?:\((\d+),(\d+)\)|(\d)(\d))$")
 
 
 def upper_power_of_two(n: int) -> int:
@@ -53,14 +55,16 @@ class FlowSpec:
         if text in ("diag", "diagnorm"):
             return cls("diag")
         if text == "sas":
-            return cls("sas", 1, 2)
+            return cls("sas", 1, 2)  # the smallest: one affine layer, then sinh-arcsinh
         match = _PATTERN.match(text)
         if match:
             layers = match.group(2) or match.group(4)
             blocks = match.group(3) or match.group(5)
             if int(layers) >= 1 and int(blocks) >= 1:
                 return cls(match.group(1), int(layers), int(blocks))
-        raise ValueError(f"unknown flow type {name!r}; valid: {', '.join(FLOW_TYPES)} (e.g. affine(5,5), spline(4,6))")
+        raise ValueError(
+            f"unknown flow type {name!r}; valid: {', '.join(FLOW_TYPES)} (e.g. affine(5,5), spline(4,6), sas)"
+        )
 
     def default_learning_rate(self) -> float:
         """The authors' flow learning rate for this kind (1e-1 for diag, else 1e-3)."""
@@ -84,9 +88,10 @@ def build_flow(spec: FlowSpec, dim: int, context_dim: int, hidden: int | None = 
         layers.append(CoSMICSharedDiagonalAffine(dim))
     elif spec.kind == "sas":
         layers = [
-            CoSMICAffineMAF(dim, context_dim, width, spec.num_blocks, activation="leaky_relu"),
-            CoSMICSinhArcSinh(dim, context_dim, upper_power_of_two(2 * context_dim)),
+            CoSMICAffineMAF(dim, context_dim, width, spec.num_blocks, activation="leaky_relu")
+            for _ in range(spec.num_layers)
         ]
+        layers.append(CoSMICSinhArcSinh(dim, context_dim, upper_power_of_two(2 * context_dim)))
     else:  # pragma: no cover - parse() admits no other kind
         raise ValueError(spec.kind)
     return CoSMICFlow(dim, layers)

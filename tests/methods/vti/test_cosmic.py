@@ -180,5 +180,5 @@ def test_flow_names_parse(name: str, expected: tuple[str, int, int]) -> None:
 
 @pytest.mark.parametrize("name", ["maf", "affine(0,2)", "spline(4)", ""])
 def test_unknown_flow_names_list_the_valid_ones(name: str) -> None:
-    with pytest.raises(ValueError, match=r"valid: diag, affine\(N,M\), spline\(N,M\), sas"):
+    with pytest.raises(ValueError, match=r"valid: diag, affine\(N,M\), spline\(N,M\), sas\(N,M\)"):
         FlowSpec.parse(name)

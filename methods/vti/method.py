@@ -1,0 +1,336 @@
+"""The registered VTI methods: ``vti-surrogate`` (Gaussian surrogate, UCB softmax) and ``vti-mcg`` (score function)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from methods.vti.cosmic import CoSMICFlow
+from methods.vti.flows import FlowSpec, build_flow
+from methods.vti.model_samplers import CategoricalSampler, MADEBinarySampler, ModelSampler, SurrogateSampler
+from methods.vti.training import DivergenceError, TrainSettings, train
+from suite.harness import PhaseTimer
+from suite.method import Budget, Method, Result
+from suite.model_space import BinarySpace
+from suite.problem import Problem
+from suite.registry import register_method
+from suite.types import Draws, ModelProbs
+
+CONTEXTS = ("auto", "onehot", "problem")
+#: ``context="auto"`` one-hot encodes the model when the space has at most this many models.
+MAX_ONEHOT_MODELS = 4096
+#: Profile presets shared by both methods (batch sizes differ). ``paper`` is the authors' Affine MAF (5,5) at
+#: their learning rate; ``quick`` trades iterations for a 10x learning rate and a sinh-arcsinh output layer
+#: (which an affine MAF lacks for one-coordinate models such as ``sas``'s first), measured in the README.
+SMOKE: dict[str, Any] = {"flow": "sas(2,2)", "num_iterations": 150, "warmup_iterations": 30, "flow_lr": 1e-2}
+QUICK: dict[str, Any] = {"flow": "sas(5,5)", "num_iterations": 2000, "warmup_iterations": 400, "flow_lr": 1e-2}
+PAPER: dict[str, Any] = {"flow": "affine(5,5)", "num_iterations": 30000, "warmup_iterations": 3000}
+#: Rows per chunk when evaluating the flow density (sequential inverse) or drawing samples.
+EVAL_CHUNK = 4096
+
+
+def context_function(problem: Problem, kind: str, dtype: torch.dtype) -> tuple[Callable[[Tensor], Tensor], int]:
+    """The flow's context map m -> features and its width."""
+    num_models = problem.num_models
+    if kind == "auto":
+        kind = "onehot" if num_models is not None and num_models <= MAX_ONEHOT_MODELS else "problem"
+    if kind == "onehot":
+        if num_models is None:
+            raise ValueError(f"context='onehot' needs an enumerable model space; {problem.name} has none")
+        return (lambda m: F.one_hot(m, num_models).to(dtype)), num_models
+    return (lambda m: problem.context(m, dtype)), problem.context_dim
+
+
+@dataclass
+class _VTIMethod(Method):
+    """Shared options and run logic of the VTI methods (subclasses choose the model sampler)."""
+
+    flow: str | None = None
+    num_iterations: int | None = None
+    batch_size: int | None = None
+    flow_lr: float | None = None
+    grad_clip: float = 20.0
+    warmup_iterations: int | None = None
+    hidden: int | None = None
+    context: str = "auto"
+    dtype: str = "float64"
+    progress: bool = True
+
+    decay: ClassVar[str] = "exponential"
+    weight_decay: ClassVar[float] = 0.01
+    #: A quick-profile run trains for about a minute; one seed keeps ``run_all.py`` within its 15-minute budget.
+    default_seeds: ClassVar[dict[str, int]] = {"quick": 1}
+
+    def settings(self, problem: Problem, budget: Budget) -> dict[str, Any]:
+        """Profile presets under the constructor's values, checked before any work."""
+        s = super().settings(problem, budget)
+        FlowSpec.parse(s["flow"])  # raises with the valid names
+        for key in ("num_iterations", "batch_size"):
+            if int(s[key]) <= 0:
+                raise ValueError(f"{self.name}: {key} must be positive, got {s[key]}")
+        if not 0 <= int(s["warmup_iterations"]) <= int(s["num_iterations"]):
+            raise ValueError(f"{self.name}: warmup_iterations must lie in [0, num_iterations]")
+        if s["context"] not in CONTEXTS:
+            raise ValueError(f"{self.name}: unknown context {s['context']!r}; valid: {', '.join(CONTEXTS)}")
+        if s["grad_clip"] <= 0 or (s["flow_lr"] is not None and s["flow_lr"] <= 0):
+            raise ValueError(f"{self.name}: grad_clip and flow_lr must be positive")
+        return s
+
+    def make_sampler(
+        self, problem: Problem, s: dict[str, Any], log_prior: Tensor, device: torch.device
+    ) -> ModelSampler:
+        """The model sampler q_psi(m) of this method."""
+        raise NotImplementedError
+
+    def run(self, problem: Problem, budget: Budget, seed: int, device: torch.device) -> Result:
+        """Train flow and model sampler, then report q(m), draws and log q(m, theta_m)."""
+        s = self.settings(problem, budget)
+        dtype = self.torch_dtype
+        spec = FlowSpec.parse(s["flow"])
+        timer = PhaseTimer(device)
+        torch.manual_seed(seed)  # parameter initialisation
+        generator = torch.Generator(device=device).manual_seed(seed)
+        with timer.phase("setup"):
+            context_of, context_dim = context_function(problem, s["context"], dtype)
+            flow = build_flow(spec, problem.dim_max, context_dim, s["hidden"]).to(device, dtype)
+            log_prior = _log_model_prior_table(problem, device)
+            sampler = self.make_sampler(problem, s, log_prior, device)
+        train_settings = TrainSettings(
+            num_iterations=int(s["num_iterations"]),
+            batch_size=int(s["batch_size"]),
+            flow_lr=s["flow_lr"] or spec.default_learning_rate(),
+            grad_clip=float(s["grad_clip"]),
+            weight_decay=self.weight_decay,
+            decay=self.decay,
+            warmup_iterations=int(s["warmup_iterations"]),
+        )
+        try:
+            with timer.phase("train"):
+                trace = train(problem, flow, sampler, context_of, train_settings, generator, s["progress"], self.name)
+        except DivergenceError as err:
+            return Result.failed(str(err), diagnostics={"iteration": err.iteration}, timings=dict(timer.timings))
+        with timer.phase("sample"), torch.no_grad():
+            model_probs, log_q_model = _posterior_model_probs(problem, sampler, generator)
+            draws = _draw(problem, flow, sampler, context_of, log_q_model, budget.num_draws, generator, dtype)
+        flow.eval()
+        iterations = len(trace["loss"])
+        train_s = timer.timings.get("train", math.nan)
+        return Result(
+            model_probs=model_probs,
+            draws=draws,
+            log_density=_log_density(problem, flow, context_of, log_q_model, sampler),
+            diagnostics={
+                "flow": s["flow"],
+                "final_loss": float(sum(trace["loss"][-50:]) / max(len(trace["loss"][-50:]), 1)),
+                "loss_trace": trace["loss"][:: max(iterations // 200, 1)],
+                "iterations_per_s": iterations / train_s if train_s > 0 else math.nan,
+                "num_flow_parameters": sum(p.numel() for p in flow.parameters()),
+                **sampler_diagnostics(sampler),
+            },
+            timings=dict(timer.timings),
+            device=str(device),
+            dtype=self.dtype,
+        )
+
+
+def sampler_diagnostics(sampler: ModelSampler) -> dict[str, Any]:
+    """Scalar diagnostics the sampler exposes (if any)."""
+    getter = getattr(sampler, "diagnostics", None)
+    return dict(getter()) if callable(getter) else {}
+
+
+def _log_model_prior_table(problem: Problem, device: torch.device) -> Tensor | None:
+    if problem.num_models is None:
+        return None
+    return problem.log_model_prior(problem.model_space.all_indices(device)).to(torch.float64)
+
+
+def _posterior_model_probs(
+    problem: Problem, sampler: ModelSampler, generator: torch.Generator
+) -> tuple[ModelProbs, Tensor | None]:
+    """q(m) over all models when enumerable, else the frequencies of 2^16 draws (and no dense table)."""
+    if problem.num_models is not None:
+        log_q = sampler.posterior_log_probs().to(torch.float64)
+        return ModelProbs.from_dense(log_q.exp()), log_q
+    model_index, _ = sampler.sample(2**16, generator)
+    return ModelProbs.from_indices(model_index), None
+
+
+def _draw(
+    problem: Problem,
+    flow: CoSMICFlow,
+    sampler: ModelSampler,
+    context_of: Callable[[Tensor], Tensor],
+    log_q_model: Tensor | None,
+    num: int,
+    generator: torch.Generator,
+    dtype: torch.dtype,
+) -> Draws:
+    """(m, theta_m) ~ q: m from the reported q(m), theta = T(z | m); inactive coordinates zero."""
+    device = generator.device
+    if log_q_model is not None:
+        model_index = torch.multinomial(log_q_model.exp().to(device), num, replacement=True, generator=generator)
+    else:
+        model_index, _ = sampler.sample(num, generator)
+    thetas = []
+    for start in range(0, num, EVAL_CHUNK):
+        m = model_index[start : start + EVAL_CHUNK]
+        z = torch.randn(m.shape[0], problem.dim_max, generator=generator, device=device, dtype=dtype)
+        mask = problem.mask(m)
+        theta, _ = flow.sample(z, mask, context_of(m))
+        thetas.append(torch.where(mask, theta, 0.0))
+    return Draws(model_index, torch.cat(thetas))
+
+
+def _log_density(
+    problem: Problem,
+    flow: CoSMICFlow,
+    context_of: Callable[[Tensor], Tensor],
+    log_q_model: Tensor | None,
+    sampler: ModelSampler,
+) -> Callable[[Tensor, Tensor], Tensor]:
+    """log q(m, theta_m) = log q(m) + log q(theta_m | m) by the flow's inverse (Prop. 2.2)."""
+
+    def log_density(model_index: Tensor, theta: Tensor) -> Tensor:
+        out = []
+        with torch.no_grad():
+            for start in range(0, model_index.shape[0], EVAL_CHUNK):
+                m = model_index[start : start + EVAL_CHUNK]
+                mask = problem.mask(m)
+                th = torch.where(mask, theta[start : start + EVAL_CHUNK], 0.0)
+                log_qm = log_q_model.to(m.device)[m] if log_q_model is not None else sampler.log_prob(m)
+                out.append(log_qm.to(th.dtype) + flow.log_prob(th, mask, context_of(m)))
+        return torch.cat(out)
+
+    return log_density
+
+
+@register_method("vti-surrogate")
+@dataclass
+class VTISurrogate(_VTIMethod):
+    """VTI with CoSMIC flows and a diagonal Gaussian surrogate of the per-model ELBO, sampled by UCB softmax.
+
+    Each iteration draws m from q(m) proportional to p(m) exp(UCB(m)), trains the
+    flow on the reparameterised ELBO (AdamW, cosine restarts chained with an
+    exponential decay, gradient clipping) and feeds the per-sample ELBOs to
+    the surrogate (conjugate updates, vectorised over the batch; Adam-coupled
+    variance inflation). After training q(m) proportional to p(m) exp(mean(m))
+    is reported (``posterior="mean"``, VTI eq. 13) or the UCB action
+    distribution itself (``posterior="action"``, the authors' code).
+    """
+
+    prior_variance: float = 1e2
+    obs_variance: float = 1.0
+    f_coupling: float = 1e2
+    obs_beta: float = 0.2
+    max_entropy_gain: float = 0.01
+    squish: bool = False
+    posterior: str = "mean"
+
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
+        "smoke": {**SMOKE, "batch_size": 128},
+        "quick": {**QUICK, "batch_size": 256},
+        "paper": {**PAPER, "batch_size": 256},
+    }
+
+    def make_sampler(
+        self, problem: Problem, s: dict[str, Any], log_prior: Tensor | None, device: torch.device
+    ) -> ModelSampler:
+        """The surrogate UCB sampler (enumerable model spaces only)."""
+        if log_prior is None:
+            raise ValueError("vti-surrogate needs an enumerable model space")
+        return SurrogateSampler(
+            num_models=problem.num_models,
+            log_model_prior=log_prior,
+            device=device,
+            dtype=self.torch_dtype,
+            prior_variance=s["prior_variance"],
+            obs_variance=s["obs_variance"],
+            f_coupling=s["f_coupling"],
+            obs_beta=s["obs_beta"],
+            max_entropy_gain=s["max_entropy_gain"],
+            squish=s["squish"],
+            posterior=s["posterior"],
+        )
+
+    def supports(self, problem: Problem) -> str | None:
+        """The surrogate keeps one belief per model, so the space must be enumerable."""
+        return None if problem.num_models is not None else "needs an enumerable model space"
+
+
+MODEL_DISTRIBUTIONS = ("auto", "categorical", "made")
+
+
+@register_method("vti-mcg")
+@dataclass
+class VTIMCG(_VTIMethod):
+    """VTI with CoSMIC flows and a model distribution trained by score-function (Monte Carlo) gradients.
+
+    ``model_distribution="categorical"`` learns logits over an enumerable
+    space; ``"made"`` an autoregressive MADE over the bits of a binary model
+    space (any size); ``"auto"`` picks categorical when the space has at most
+    2^16 models. The running-mean control variate (VTI App. D.1) and the
+    information-gain step control by halving (App. D.2-D.3) stabilise it.
+    """
+
+    model_distribution: str = "auto"
+    sfe_lr: float = 0.1
+    ig_threshold: float = 5e-3
+    grad_clip: float = 50.0
+
+    decay: ClassVar[str] = "multiplicative"
+    weight_decay: ClassVar[float] = 1e-7
+
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {
+        "smoke": {**SMOKE, "batch_size": 256},
+        "quick": {**QUICK, "batch_size": 512},
+        "paper": {**PAPER, "batch_size": 1024},
+    }
+
+    def settings(self, problem: Problem, budget: Budget) -> dict[str, Any]:
+        """As the base, plus the model distribution's name."""
+        s = super().settings(problem, budget)
+        if s["model_distribution"] not in MODEL_DISTRIBUTIONS:
+            raise ValueError(
+                f"{self.name}: unknown model_distribution {s['model_distribution']!r}; "
+                f"valid: {', '.join(MODEL_DISTRIBUTIONS)}"
+            )
+        return s
+
+    def _distribution(self, problem: Problem) -> str:
+        kind = self.model_distribution
+        if kind == "auto":
+            enumerable = problem.num_models is not None and problem.num_models <= 2**16
+            kind = "categorical" if enumerable else "made"
+        return kind
+
+    def supports(self, problem: Problem) -> str | None:
+        """MADE needs a binary model space; categorical an enumerable one."""
+        kind = self._distribution(problem)
+        if kind == "made" and not isinstance(problem.model_space, BinarySpace):
+            return "model_distribution='made' needs a binary model space"
+        if kind == "categorical" and problem.num_models is None:
+            return "model_distribution='categorical' needs an enumerable model space"
+        return None
+
+    def make_sampler(
+        self, problem: Problem, s: dict[str, Any], log_prior: Tensor | None, device: torch.device
+    ) -> ModelSampler:
+        """Categorical logits or a MADE over bits."""
+        reason = self.supports(problem)
+        if reason is not None:
+            raise ValueError(f"{self.name} on {problem.name}: {reason}")
+        common = {"device": device, "dtype": self.torch_dtype, "sfe_lr": s["sfe_lr"], "ig_threshold": s["ig_threshold"]}
+        if self._distribution(problem) == "categorical":
+            return CategoricalSampler(num_models=problem.num_models, log_model_prior=log_prior, **common)
+        space = problem.model_space
+        assert isinstance(space, BinarySpace)
+        return MADEBinarySampler(
+            num_bits=space.num_bits, log_model_prior_fn=problem.log_model_prior, log_model_prior=log_prior, **common
+        )

@@ -1,0 +1,96 @@
+"""vti-surrogate and vti-mcg end to end: exact answers on Gaussian models, failure handling, bad input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import Tensor
+
+from suite.method import Budget
+from suite.registry import make_method, make_problem
+
+CPU = torch.device("cpu")
+METHODS = ("vti-surrogate", "vti-mcg")
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_recovers_gaussian_model_probabilities_and_densities(name: str, gaussian_models) -> None:
+    """Affine flows contain every Gaussian, so the ELBO of each model reaches log Z_m and q(m) the weights."""
+    method = make_method(name, flow="affine(2,2)", num_iterations=600, warmup_iterations=150, progress=False)
+    result = method.run(gaussian_models, Budget("quick", num_draws=2000), 0, CPU)
+    assert result.status == "ok", result.reason
+    truth = torch.tensor(gaussian_models.WEIGHTS, dtype=torch.float64)
+    estimate = result.model_probs.dense(4)
+    # Residual flow error and the noise of the final q(m) (score-function iterates move by ~0.01 per step).
+    assert 0.5 * float((estimate - truth).abs().sum()) < 0.03
+    draws = gaussian_models.reference_draws(20_000, torch.Generator().manual_seed(9))
+    entropy = -gaussian_models.log_joint(draws.model_index, draws.theta).mean()
+    cross = -result.log_density(draws.model_index, draws.theta).mean()
+    # Gibbs' inequality up to MC error (sd of the difference ~ 0.005); the gap is KL(pi || q) <= 0.05 here.
+    assert cross >= entropy - 0.02
+    assert cross - entropy < 0.05
+    assert len(result.draws) == 2000 and torch.isfinite(result.draws.theta).all()
+    assert result.diagnostics["iterations_per_s"] > 0
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_float32_runs(name: str) -> None:
+    result = make_method(name, dtype="float32", progress=False).run(make_problem("sas"), Budget("smoke"), 0, CPU)
+    assert result.status == "ok", result.reason
+    assert result.draws.theta.dtype == torch.float32
+    assert abs(result.model_probs.total() - 1.0) < 1e-6
+
+
+class _NaNAfter:
+    """Wraps a problem so that its log joint turns NaN from a given call on."""
+
+    def __init__(self, problem, start: int) -> None:
+        self.problem, self.start, self.calls = problem, start, 0
+
+    def __getattr__(self, item: str):
+        return getattr(self.problem, item)
+
+    def log_joint(self, model_index: Tensor, theta: Tensor) -> Tensor:
+        self.calls += 1
+        out = self.problem.log_joint(model_index, theta)
+        return out * torch.nan if self.calls > self.start else out
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_nan_losses_end_the_run_as_failed_with_the_iteration(name: str) -> None:
+    problem = _NaNAfter(make_problem("sas"), start=40)
+    result = make_method(name, progress=False).run(problem, Budget("smoke"), 0, CPU)
+    assert result.status == "failed"
+    assert "diverged at iteration" in result.reason and "no finite ELBO" in result.reason
+    assert result.diagnostics["iteration"] >= 40
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"flow": "maf"}, "unknown flow type"),
+        ({"context": "bits"}, "unknown context"),
+        ({"num_iterations": 0}, "num_iterations must be positive"),
+        ({"warmup_iterations": 10_000}, "warmup_iterations"),
+    ],
+)
+def test_bad_settings_are_refused_before_work(options: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make_method("vti-surrogate", **options).settings(make_problem("sas"), Budget("smoke"))
+
+
+def test_mcg_model_distribution_names_and_support() -> None:
+    with pytest.raises(ValueError, match="valid: auto, categorical, made"):
+        make_method("vti-mcg", model_distribution="gumbel").settings(make_problem("sas"), Budget("smoke"))
+    # MADE needs bits: refused on a categorical space, accepted on robust-vs's binary one.
+    assert "binary model space" in make_method("vti-mcg", model_distribution="made").supports(make_problem("sas"))
+    assert make_method("vti-mcg", model_distribution="made").supports(make_problem("robust-vs")) is None
+
+
+def test_mcg_with_made_runs_on_a_binary_space() -> None:
+    result = make_method("vti-mcg", model_distribution="made", progress=False).run(
+        make_problem("robust-vs"), Budget("smoke", num_draws=500), 0, CPU
+    )
+    assert result.status == "ok", result.reason
+    assert result.model_probs.index.numel() == 128
+    assert abs(result.model_probs.total() - 1.0) < 1e-9
