@@ -250,7 +250,7 @@ def test_registered_defaults_and_validation() -> None:
     problem = make_problem("robust-vs")
     assert problem.config() == {
         "num_covariates": 7,
-        "misspecification": "high",
+        "misspecification": "mid",
         "prior_scale": 1.5,
         "data_seed": 1000,
         "num_observations": 50,
