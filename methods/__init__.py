@@ -1,4 +1,4 @@
 """Built-in methods; importing this package registers them."""
 
 from methods import rjmcmc  # noqa: F401  (registers "rjmcmc-baseline", "rjmcmc-naive")
-from methods.vti import method as _vti  # noqa: F401,E402  (registers "vti-surrogate", "vti-mcg")
+from methods.vti import method as _vti  # noqa: F401  (registers "vti-surrogate", "vti-mcg")

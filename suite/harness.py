@@ -101,6 +101,11 @@ class PeakMemory:
                 Path("/proc/self/clear_refs").write_text("5")
             except OSError:
                 self.scope = "process"
+            else:
+                # Some kernels (and sandboxes such as gVisor) accept the write but keep the old mark.
+                status = _proc_status_kib()
+                if status.get("VmHWM", 0) > 1.05 * status.get("VmRSS", 0) + 16 * 1024:
+                    self.scope = "process"
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -110,13 +115,24 @@ class PeakMemory:
         self.peak_bytes = _rss_high_water_mark()
 
 
-def _rss_high_water_mark() -> int:
+def _proc_status_kib() -> dict[str, int]:
+    """The kB-valued fields of ``/proc/self/status`` (empty where there is no procfs)."""
+    fields: dict[str, int] = {}
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
+            key, _, value = line.partition(":")
+            parts = value.split()
+            if len(parts) == 2 and parts[1] == "kB":
+                fields[key] = int(parts[0])
     except OSError:
         pass
+    return fields
+
+
+def _rss_high_water_mark() -> int:
+    hwm = _proc_status_kib().get("VmHWM")
+    if hwm is not None:
+        return hwm * 1024
     scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss is bytes on macOS, KiB on Linux
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * scale
 
