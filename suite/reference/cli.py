@@ -12,6 +12,7 @@ import numpy as np
 from suite.harness import tune_allocator
 from suite.problem import Problem
 from suite.reference import store
+from suite.reference.bridge import BridgeSettings
 from suite.reference.engine import EngineSettings, estimate_reference
 from suite.reference.nuts import NUTSSettings
 from suite.reference.smc import SMCSettings
@@ -28,7 +29,9 @@ def settings_for(problem: Problem, args: argparse.Namespace) -> EngineSettings:
         smc = dataclasses.replace(smc, num_particles=args.particles)
     if args.runs:
         smc = dataclasses.replace(smc, num_runs=args.runs)
-    extra = {k: v for k, v in own.items() if k == "max_nuts_models"}
+    extra = {k: v for k, v in own.items() if k in ("max_nuts_models", "evidence")}
+    if "bridge" in own:
+        extra["bridge"] = dataclasses.replace(BridgeSettings(), **own["bridge"])
     return EngineSettings(smc=smc, nuts=nuts, num_gold_draws=args.gold_draws, seed=args.seed, **extra)
 
 

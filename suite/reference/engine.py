@@ -6,8 +6,14 @@ For every model m of an enumerable problem:
    independent runs; the runs' spread gives the Monte Carlo error. SMC
    tempers from the prior when the problem provides one, otherwise from a
    Student-t fitted to preliminary NUTS draws.
-2. p(m | D) = Z_m / sum_j Z_j, with standard errors by the delta method.
-3. Gold-standard transdimensional draws: the number of draws of each model
+2. Optionally (``EngineSettings.evidence`` "bridge" or "both") log Z_m again by
+   bridge sampling (:mod:`suite.reference.bridge`) from each model's NUTS
+   draws (SMC particles where NUTS fails its R-hat check or is not run) and
+   a Gaussian-mixture proposal; "bridge" uses those evidences, "both" uses
+   them when every model's bridge diagnostics are OK and SMC's otherwise.
+   The provenance records both and which was used.
+3. p(m | D) = Z_m / sum_j Z_j, with standard errors by the delta method.
+4. Gold-standard transdimensional draws: the number of draws of each model
    is multinomial(N, p(m | D)); each model's draws come from NumPyro NUTS
    (several chains from dispersed SMC particles, thinned evenly), or from the
    SMC particles when NUTS fails its R-hat check (multimodal posteriors).
@@ -26,6 +32,13 @@ import numpy as np
 import torch
 
 from suite.problem import Problem
+from suite.reference.bridge import (
+    BridgeResult,
+    BridgeSettings,
+    batched_log_joint,
+    bridge_log_evidence,
+    model_log_density,
+)
 from suite.reference.jax_target import JaxTarget
 from suite.reference.nuts import NUTSSampler, NUTSSettings
 from suite.reference.smc import SMCSettings, StudentTInitial, combine_runs, run_smc
@@ -33,6 +46,8 @@ from suite.reference.store import Reference
 
 #: Largest acceptable split R-hat for NUTS draws to be used as gold draws.
 MAX_RHAT = 1.05
+#: Evidence estimators: SMC only, bridge sampling only, or both (bridge used when its diagnostics are OK).
+EVIDENCE_METHODS = ("smc", "bridge", "both")
 
 
 @dataclass(frozen=True)
@@ -46,16 +61,27 @@ class EngineSettings:
     #: NUTS runs only for the most probable models (each run costs seconds and compiled code that JAX
     #: keeps in memory); the other models' gold draws are SMC particles.
     max_nuts_models: int = 32
+    #: Which log evidences give the model probabilities: "smc", "bridge" or "both" (see the module docstring).
+    evidence: str = "smc"
+    bridge: BridgeSettings = field(default_factory=BridgeSettings)
+
+    def __post_init__(self) -> None:
+        """Check the evidence method."""
+        if self.evidence not in EVIDENCE_METHODS:
+            raise ValueError(f"evidence must be one of {EVIDENCE_METHODS}, got {self.evidence!r}")
 
     def as_dict(self) -> dict[str, Any]:
         """Settings as a JSON-able dict."""
-        return {
+        out = {
             "smc": self.smc.as_dict(),
             "nuts": self.nuts.as_dict(),
             "num_gold_draws": self.num_gold_draws,
             "seed": self.seed,
             "max_nuts_models": self.max_nuts_models,
         }
+        if self.evidence != "smc":  # settings of SMC-only references stay as they were
+            out.update(evidence=self.evidence, bridge=self.bridge.as_dict())
+        return out
 
 
 def versions() -> dict[str, str]:
@@ -132,28 +158,33 @@ def estimate_reference(
     prob /= prob.sum()
     prob_se = model_prob_se(prob, log_z_se)
 
+    use_bridge = settings.evidence != "smc"
     picks = torch.multinomial(torch.as_tensor(prob), settings.num_gold_draws, replacement=True, generator=generator)
     counts = torch.bincount(picks, minlength=k)
     pools = smc.resampled(generator)
     per_model: dict[str, Any] = {}
-    gold_index, gold_theta = [], []
     masks = problem.mask(torch.as_tensor(models)).numpy()
     rank = np.empty(k, dtype=np.int64)
     rank[np.argsort(-prob, kind="stable")] = np.arange(k)
+    # Per model: a pool of posterior draws [N, D] (None when no gold draws are needed), and for the bridge the
+    # same draws as chains [C, S, D] with a cap on their effective number (resampled SMC particles repeat).
+    model_pools: list[np.ndarray | None] = []
+    chain_draws: list[tuple[np.ndarray, float | None]] = []
     for i, m in enumerate(models):
         count = int(counts[i])
         diag: dict[str, Any] = {
             "log_z_runs": smc.log_z[i].tolist(),
             "smc_steps": smc.num_steps[i].tolist(),
             "smc_acceptance": smc.acceptance[i].tolist(),
-            "gold_draws": count,
         }
-        if count == 0:
+        wanted = max(count, settings.bridge.min_draws) if use_bridge else count
+        outputs = []
+        if wanted == 0:
             pool = None
         elif rank[i] >= settings.max_nuts_models:
             pool, diag["draws_from"] = pools[i], f"smc (NUTS only for the {settings.max_nuts_models} most probable)"
         else:
-            rounds = math.ceil(count / (chains * settings.nuts.num_samples))
+            rounds = math.ceil(wanted / (chains * settings.nuts.num_samples))
             outputs = [
                 nuts.sample(int(m), _nuts_inits(pools[i], chains, generator), seed=settings.seed + 104_729 * i + r)
                 for r in range(rounds)
@@ -172,18 +203,77 @@ def estimate_reference(
                     f"  model {problem.model_space.identifier(int(m))}: NUTS R-hat {rhat:.3f} > {MAX_RHAT}; "
                     "gold draws from SMC particles"
                 )
-        if pool is not None:
-            chosen = _even_subset(pool, count) if count <= len(pool) else pool[np.resize(np.arange(len(pool)), count)]
-            gold_index.append(np.full(count, m, dtype=np.int64))
-            gold_theta.append(np.where(masks[i], chosen, 0.0))
+        if use_bridge:
+            if diag.get("draws_from") == "nuts":
+                chain_draws.append((np.concatenate([o.draws for o in outputs])[..., masks[i]], None))
+            else:
+                # SMC runs as chains; their particles' effective number is at most the sum of the runs' Kish ESS.
+                runs = smc.particles.shape[1]
+                weights = smc.weights[i]
+                kish = float(((weights.sum(1) ** 2) / (weights**2).sum(1)).sum())
+                chain_draws.append((pools[i].reshape(runs, -1, target.dim)[..., masks[i]], kish / 2))
+        model_pools.append(pool)
         per_model[problem.model_space.identifier(int(m))] = diag
+
+    log_z_smc, log_z_se_smc = log_z, log_z_se
+    evidence_used = "smc"
+    if use_bridge:
+        log(f"{problem.name}: bridge sampling, {k} models, {settings.bridge.num_components} mixture components")
+        batched = batched_log_joint(target)
+        results: list[BridgeResult] = []
+        for i, m in enumerate(models):
+            draws, max_ess = chain_draws[i]
+            result = bridge_log_evidence(
+                model_log_density(target, int(m), batched), draws, settings.bridge, settings.seed + 7 * i, max_ess
+            )
+            results.append(result)
+            ident = problem.model_space.identifier(int(m))
+            per_model[ident]["bridge"] = {"log_z": result.log_z, "log_z_se": result.log_z_se, **result.diagnostics}
+            log(
+                f"  model {ident}: log p(D, m) bridge {result.log_z:.4f} ± {result.log_z_se:.4f}, "
+                f"SMC {log_z_smc[i]:.4f} ± {log_z_se_smc[i]:.4f}"
+            )
+        log_z_bridge = np.array([r.log_z for r in results])
+        log_z_se_bridge = np.array([r.log_z_se for r in results])
+        all_ok = all(r.ok(settings.bridge.max_log_z_se) for r in results)
+        if settings.evidence == "bridge" or all_ok:
+            evidence_used = "bridge"
+            log_z, log_z_se = log_z_bridge, log_z_se_bridge
+            if not all_ok:
+                log(
+                    f"  warning: bridge diagnostics not OK for some models (se > {settings.bridge.max_log_z_se} "
+                    "or not converged); using bridge evidences anyway (evidence='bridge')"
+                )
+        else:
+            log("  bridge diagnostics not OK for some models; model probabilities from SMC")
+        prob = np.exp(log_z - log_z.max())
+        prob /= prob.sum()
+        prob_se = model_prob_se(prob, log_z_se)
+        picks = torch.multinomial(torch.as_tensor(prob), settings.num_gold_draws, replacement=True, generator=generator)
+        counts = torch.bincount(picks, minlength=k)
+
+    gold_index, gold_theta = [], []
+    for i, m in enumerate(models):
+        count, pool = int(counts[i]), model_pools[i]
+        per_model[problem.model_space.identifier(int(m))]["gold_draws"] = count
+        if count == 0:
+            continue
+        if pool is None:  # only when the bridge changed the probabilities: a model SMC gave no gold draws
+            pool = pools[i]
+            per_model[problem.model_space.identifier(int(m))]["draws_from"] = "smc"
+        chosen = _even_subset(pool, count) if count <= len(pool) else pool[np.resize(np.arange(len(pool)), count)]
+        gold_index.append(np.full(count, m, dtype=np.int64))
+        gold_theta.append(np.where(masks[i], chosen, 0.0))
     order = torch.randperm(settings.num_gold_draws, generator=generator).numpy()
     gold_index_arr = np.concatenate(gold_index)[order]
     gold_theta_arr = np.concatenate(gold_theta)[order]
 
     worst = max((d.get("nuts_rhat", 1.0) for d in per_model.values() if d.get("draws_from") == "nuts"), default=1.0)
+    method = "smc-evidence+nuts-draws" if initial is None else "nuts+t-tempered-smc-evidence"
+    if evidence_used == "bridge":
+        method = "bridge-evidence+nuts-draws" if initial is None else "nuts+t-tempered-smc+bridge-evidence"
     provenance = {
-        "method": "smc-evidence+nuts-draws" if initial is None else "nuts+t-tempered-smc-evidence",
+        "method": method,
         "smc_initial": "prior" if initial is None else "student-t fitted to NUTS draws",
         "settings": settings.as_dict(),
         "versions": versions(),
@@ -195,6 +285,15 @@ def estimate_reference(
         "max_nuts_rhat_used": float(worst),
         "per_model": per_model,
     }
+    if use_bridge:
+        provenance.update(
+            evidence=settings.evidence,
+            evidence_used=evidence_used,
+            log_z_smc=log_z_smc.tolist(),
+            log_z_se_smc=log_z_se_smc.tolist(),
+            log_z_bridge=log_z_bridge.tolist(),
+            log_z_se_bridge=log_z_se_bridge.tolist(),
+        )
     if preliminary:
         provenance["preliminary_nuts_rhat"] = {int(m): o.max_rhat for m, o in preliminary.items()}
     return Reference(

@@ -1,7 +1,9 @@
 """On-disk references: model probabilities, evidences and gold draws with their Monte Carlo error and provenance.
 
-A reference is keyed by the problem's name and a hash of its configuration,
-so a problem built with other constants never picks up a stale answer. It is
+A reference is keyed by the problem's name and a hash of its configuration
+(and of its evidence method when that is not plain SMC: the problem's
+``reference_settings["evidence"]``), so a problem built with other constants,
+or asking for another estimator, never picks up a stale answer. It is
 two files in ``references/<problem>/``: ``<key>.npz`` (arrays) and
 ``<key>.json`` (provenance: how it was made, settings, seeds, versions,
 diagnostics). Folders searched, in order: ``TDBENCH_REFERENCES``
@@ -33,10 +35,23 @@ ENV_VAR = "TDBENCH_REFERENCES"
 FORMAT_VERSION = 1
 
 
-def reference_key(problem: Problem) -> str:
-    """Stable key of a problem instance: a hash of its name and configuration."""
-    payload = json.dumps({"name": problem.name, "config": problem.config()}, sort_keys=True, default=str)
+def _key(name: str, config: dict[str, Any], evidence: str) -> str:
+    """Hash of name, configuration and (unless "smc", so that older keys stay valid) the evidence method."""
+    content: dict[str, Any] = {"name": name, "config": config}
+    if evidence != "smc":
+        content["evidence"] = evidence
+    payload = json.dumps(content, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def evidence_method(problem: Problem) -> str:
+    """The evidence estimator a problem's reference asks for ("smc", "bridge" or "both")."""
+    return getattr(problem, "reference_settings", {}).get("evidence", "smc")
+
+
+def reference_key(problem: Problem) -> str:
+    """Stable key of a problem instance: a hash of its name, configuration and evidence method."""
+    return _key(problem.name, problem.config(), evidence_method(problem))
 
 
 def search_path() -> list[Path]:
@@ -62,9 +77,8 @@ class Reference:
 
     @property
     def key(self) -> str:
-        """Hash of problem name and configuration."""
-        payload = json.dumps({"name": self.problem, "config": self.config}, sort_keys=True, default=str)
-        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+        """Hash of problem name, configuration and evidence method."""
+        return _key(self.problem, self.config, self.provenance.get("evidence", "smc"))
 
     def model_probs(self) -> ModelProbs:
         """p(m | D) with standard errors."""
@@ -166,5 +180,14 @@ def describe(problem: Problem) -> dict[str, Any]:
     if path is None:
         return {"kind": "missing", "message": missing_message(problem)}
     reference = Reference.read(path)
-    keys = ("method", "smc_initial", "max_log_evidence_se", "max_prob_se", "max_nuts_rhat_used", "started_at")
+    keys = (
+        "method",
+        "evidence",
+        "evidence_used",
+        "smc_initial",
+        "max_log_evidence_se",
+        "max_prob_se",
+        "max_nuts_rhat_used",
+        "started_at",
+    )
     return {"kind": "estimated", "key": reference.key, **{k: reference.provenance.get(k) for k in keys}}
