@@ -23,7 +23,7 @@ from suite.types import Draws
 
 #: Gold-standard draws per problem used for cross-entropy, by profile.
 EVAL_DRAWS = {"smoke": 2_000, "quick": 10_000, "paper": 100_000}
-DEFAULT_SEEDS = {"smoke": 2, "quick": 3, "paper": 10}
+DEFAULT_SEEDS = {"smoke": 2, "quick": 2, "paper": 10}
 
 
 class UsageError(ValueError):
@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--seeds",
         type=int,
         default=None,
-        help="seeds per (problem, method), seeds 0..N-1 (default: 2 smoke, 3 quick, 10 paper; "
+        help="seeds per (problem, method), seeds 0..N-1 (default: 2 smoke, 2 quick, 10 paper; "
         "a method may ask for fewer in a profile, e.g. the VTI methods run 1 seed in quick)",
     )
     parser.add_argument(

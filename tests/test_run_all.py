@@ -77,9 +77,9 @@ def test_smoke_run_writes_records_and_leaderboard(tmp_path: Path, capsys: pytest
 
 
 def test_methods_may_ask_for_fewer_default_seeds() -> None:
-    quick = argparse.Namespace(profile="quick", seeds=3, seeds_given=False)
+    quick = argparse.Namespace(profile="quick", seeds=2, seeds_given=False)
     assert _seeds_for(make_method("vti-surrogate"), quick) == 1
-    assert _seeds_for(make_method("rjmcmc-baseline"), quick) == 3
+    assert _seeds_for(make_method("rjmcmc-baseline"), quick) == 2
     assert _seeds_for(make_method("vti-surrogate"), argparse.Namespace(profile="quick", seeds=5, seeds_given=True)) == 5
 
 

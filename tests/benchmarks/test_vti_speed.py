@@ -13,7 +13,7 @@ import torch
 
 from methods.vti.flows import FlowSpec, build_flow
 from methods.vti.method import VTIMCG, VTISurrogate, context_function
-from methods.vti.training import TrainSettings, Trainer
+from methods.vti.training import Trainer, TrainSettings
 from suite.method import Budget
 from suite.registry import make_problem
 
