@@ -258,3 +258,21 @@ def test_stored_reference_two_factor_probability() -> None:
     assert reference is not None, "factor-analysis-k23 reference is not shipped"
     p2 = float(reference.prob[0])
     assert abs(p2 - 0.88) <= 0.03, f"reference P(k=2) = {p2:.3f} ± {reference.prob_se[0]:.3f}, reported 0.88"
+
+
+def test_full_and_restricted_references_agree_on_two_versus_three_factors() -> None:
+    """Two independent bridge-sampling references: P(k=2 | {2,3}) from factor-analysis against -k23.
+
+    Each reference's evidences come from its own SMC, NUTS and bridge runs (other seeds, other model priors),
+    so their agreement within 4 combined standard errors checks the stated Monte Carlo errors.
+    """
+    full, k23 = make_problem("factor-analysis"), make_problem("factor-analysis-k23")
+    if full.unavailable_reason():
+        pytest.skip(full.unavailable_reason())
+    a, b = full.stored_reference(), k23.stored_reference()
+    assert a is not None and b is not None, "factor-analysis references are not shipped"
+    two, three = full.model_space.index("k=2"), full.model_space.index("k=3")
+    p_full = a.prob[two] / (a.prob[two] + a.prob[three])
+    se_full = a.prob_se[three] / (a.prob[two] + a.prob[three])
+    k23_two = k23.model_space.index("k=2")
+    assert abs(p_full - b.prob[k23_two]) < 4 * np.hypot(se_full, b.prob_se[k23_two])
