@@ -124,6 +124,8 @@ def plan_runs(args: argparse.Namespace, device: torch.device) -> tuple[list[Plan
                 "problem_config": problem.config(),
                 "method_options": options,
                 "profile": args.profile,
+                # The preset fills the options left at None, so a changed preset must not reuse old records.
+                "profile_preset": method.profiles.get(args.profile, {}),
                 "num_draws": args.draws,
                 "eval_draws": args.eval_draws,
                 "device": device.type,

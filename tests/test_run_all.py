@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.cli import _seeds_for, main
+from suite.cli import _seeds_for, _validate, build_parser, main, plan_runs
 from suite.registry import available_methods, make_method
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,6 +81,18 @@ def test_methods_may_ask_for_fewer_default_seeds() -> None:
     assert _seeds_for(make_method("vti-surrogate"), quick) == 1
     assert _seeds_for(make_method("rjmcmc-baseline"), quick) == 2
     assert _seeds_for(make_method("vti-surrogate"), argparse.Namespace(profile="quick", seeds=5, seeds_given=True)) == 5
+
+
+def test_run_keys_change_with_the_profile_preset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Options left at None come from the profile's preset, so a changed preset gives new record names."""
+    args = build_parser().parse_args(["--problems", "sas", "--methods", "vti-surrogate", "--out", str(tmp_path)])
+    device = _validate(args)
+    before = plan_runs(args, device)[0][0].key
+    cls = type(make_method("vti-surrogate"))
+    monkeypatch.setattr(cls, "profiles", {**cls.profiles, "quick": {**cls.profiles["quick"], "num_iterations": 7}})
+    after = plan_runs(args, device)[0][0].key
+    assert after.config["profile_preset"]["num_iterations"] == 7
+    assert before.filename != after.filename
 
 
 def test_killed_run_resumes_without_losing_or_duplicating_records(tmp_path: Path) -> None:
