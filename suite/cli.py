@@ -181,6 +181,22 @@ def run_plan(plan: list[PlannedRun], args: argparse.Namespace, device: torch.dev
     return [rec.read_record(args.out, run.key) for run in plan]
 
 
+def earlier_records(args: argparse.Namespace, device: torch.device, plan: list[PlannedRun]) -> list[dict]:
+    """Finished records in ``args.out`` of the other registered methods on the planned problems, with these settings.
+
+    Their run keys are computed exactly as if those methods had been asked for, so a record made under other
+    settings (profile, preset, draws, seeds, device) is never picked up.
+    """
+    planned = {run.key.method for run in plan}
+    others = [name for name in available_methods() if name not in planned]
+    if not plan or not others:
+        return []
+    problems = ",".join(dict.fromkeys(run.key.problem for run in plan))
+    others_args = argparse.Namespace(**{**vars(args), "problems": problems, "methods": ",".join(others)})
+    extra, _ = plan_runs(others_args, device)
+    return [rec.read_record(args.out, run.key) for run in extra if rec.is_finished(args.out, run.key)]
+
+
 def report(records: list[dict], out: Path) -> None:
     """Write and print the leaderboards and plots of ``records``."""
     if not records:
@@ -218,6 +234,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\nInterrupted: finished runs are saved; run the same command again to resume.", file=sys.stderr)
         return 130
-    report(records, args.out)
+    earlier = earlier_records(args, device, plan)
+    if earlier:
+        methods = sorted({record["method"] for record in earlier})
+        runs = f"{len(earlier)} earlier run{'s' if len(earlier) != 1 else ''}"
+        print(f"\nThe leaderboards also show {runs} in {args.out} with the same settings: {', '.join(methods)}")
+    report(records + earlier, args.out)
     print(f"Total time {time.perf_counter() - start:.1f} s")
     return 0

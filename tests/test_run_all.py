@@ -76,6 +76,20 @@ def test_smoke_run_writes_records_and_leaderboard(tmp_path: Path, capsys: pytest
     assert f"{expected} of {expected} runs already have records" in capsys.readouterr().out
 
 
+def test_leaderboards_show_earlier_runs_of_other_methods(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Running one method after another into the same folder puts both on the leaderboard, never stale runs."""
+    common = ["--problems", "sas", "--profile", "smoke", "--seeds", "1", "--out", str(tmp_path), "--no-progress"]
+    assert main([*common, "--methods", "rjmcmc-naive", "--eval-draws", "300"]) == 0
+    assert main([*common, "--methods", "rjmcmc-baseline", "--eval-draws", "400"]) == 0  # other settings: not shown
+    assert "rjmcmc-naive" not in (tmp_path / "leaderboard_sas.md").read_text()
+    capsys.readouterr()
+    assert main([*common, "--methods", "rjmcmc-baseline", "--eval-draws", "300"]) == 0
+    out = capsys.readouterr().out
+    assert "also show 1 earlier run in" in out and "rjmcmc-naive" in out
+    board = (tmp_path / "leaderboard_sas.md").read_text()
+    assert "rjmcmc-naive" in board and "rjmcmc-baseline" in board
+
+
 def test_methods_may_ask_for_fewer_default_seeds() -> None:
     quick = argparse.Namespace(profile="quick", seeds=2, seeds_given=False)
     assert _seeds_for(make_method("vti-surrogate"), quick) == 1
