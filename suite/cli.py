@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -17,7 +20,7 @@ from suite.leaderboard import format_for_terminal, write_leaderboards
 from suite.method import DTYPES, PROFILES, Budget, Method
 from suite.plots import plot_model_probs
 from suite.problem import Problem
-from suite.registry import available_methods, available_problems, make_method, make_problem
+from suite.registry import available_methods, available_problems, make_method, make_problem, method_class
 from suite.runner import execute, gold_draws
 from suite.types import Draws
 
@@ -74,7 +77,37 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--force", action="store_true", help="re-run runs that already have a record")
     parser.add_argument("--list", action="store_true", help="list registered problems and methods, then exit")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="METHOD.NAME=VALUE",
+        help="set a method option, e.g. vti-surrogate.flow='spline(4,6)' or rjmcmc-baseline.num_chains=2048 "
+        "(repeatable; values are read as JSON when they parse, else as text)",
+    )
     return parser
+
+
+def parse_method_options(items: list[str]) -> dict[str, dict[str, Any]]:
+    """``--option METHOD.NAME=VALUE`` flags as {method: {option: value}}, checked against the registry."""
+    methods = available_methods()
+    options: dict[str, dict[str, Any]] = {}
+    for item in items:
+        target, sep, text = item.partition("=")
+        method_name, dot, key = target.rpartition(".")
+        if not sep or not dot:
+            raise UsageError(f"--option {item!r}: expected METHOD.NAME=VALUE, e.g. vti-surrogate.flow=affine(5,5)")
+        if method_name not in methods:
+            raise UsageError(f"--option {item!r}: unknown method {method_name!r}; valid methods: {', '.join(methods)}")
+        fields = [f.name for f in dataclasses.fields(method_class(method_name)) if f.name != "progress"]
+        if key not in fields:
+            raise UsageError(f"--option {item!r}: {method_name} has no option {key!r}; valid: {', '.join(fields)}")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        options.setdefault(method_name, {})[key] = value
+    return options
 
 
 def _parse_names(text: str, valid: dict[str, str], kind: str) -> list[str]:
@@ -112,7 +145,11 @@ def plan_runs(args: argparse.Namespace, device: torch.device) -> tuple[list[Plan
             notes.append(f"problem {problem_name} is unavailable: {reason}")
             continue
         for method_name in methods:
-            method = make_method(method_name, dtype=args.dtype)
+            method = make_method(method_name, **{"dtype": args.dtype, **args.method_options.get(method_name, {})})
+            try:
+                method.settings(problem, Budget(profile=args.profile, num_draws=args.draws))
+            except (TypeError, ValueError) as exc:
+                raise UsageError(f"{method_name} on {problem_name}: {exc}") from None
             why_not = method.supports(problem)
             if why_not:
                 notes.append(f"{method_name} does not apply to {problem_name}: {why_not}")
@@ -143,6 +180,7 @@ def _seeds_for(method: Method, args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> torch.device:
+    args.method_options = parse_method_options(args.option)
     args.seeds_given = args.seeds is not None
     args.seeds = DEFAULT_SEEDS[args.profile] if args.seeds is None else args.seeds
     args.eval_draws = EVAL_DRAWS[args.profile] if args.eval_draws is None else args.eval_draws

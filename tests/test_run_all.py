@@ -30,6 +30,10 @@ def test_list_shows_everything_registered(capsys: pytest.CaptureFixture) -> None
         (["--seeds", "0"], "--seeds must be a positive integer"),
         (["--draws", "-3"], "--draws must be a positive integer"),
         (["--eval-draws", "0"], "--eval-draws must be a positive integer"),
+        (["--option", "vti-mcg"], "expected METHOD.NAME=VALUE"),
+        (["--option", "nope.flow=x"], "unknown method 'nope'; valid methods: rjmcmc-baseline"),
+        (["--option", "vti-mcg.flwo=x"], "vti-mcg has no option 'flwo'; valid: "),
+        (["--option", "vti-surrogate.flow=nope(1)"], "vti-surrogate on block-vs: unknown flow type 'nope(1)'"),
     ],
 )
 def test_bad_input_is_refused_before_work(
@@ -90,6 +94,15 @@ def test_leaderboards_show_earlier_runs_of_other_methods(tmp_path: Path, capsys:
     assert "rjmcmc-naive" in board and "rjmcmc-baseline" in board
 
 
+def test_method_options_reach_the_method_and_the_run_key(tmp_path: Path) -> None:
+    argv = ["--problems", "sas", "--methods", "rjmcmc-baseline", "--profile", "smoke", "--seeds", "1"]
+    args = build_parser().parse_args([*argv, "--out", str(tmp_path), "--option", "rjmcmc-baseline.num_chains=64"])
+    plan, _ = plan_runs(args, _validate(args))
+    assert plan[0].method.num_chains == 64 and plan[0].key.config["method_options"]["num_chains"] == 64
+    default = build_parser().parse_args([*argv, "--out", str(tmp_path)])
+    assert plan_runs(default, _validate(default))[0][0].key.filename != plan[0].key.filename
+
+
 def test_methods_may_ask_for_fewer_default_seeds() -> None:
     quick = argparse.Namespace(profile="quick", seeds=2, seeds_given=False)
     assert _seeds_for(make_method("vti-surrogate"), quick) == 1
@@ -103,9 +116,9 @@ def test_run_keys_change_with_the_profile_preset(tmp_path: Path, monkeypatch: py
     device = _validate(args)
     before = plan_runs(args, device)[0][0].key
     cls = type(make_method("vti-surrogate"))
-    monkeypatch.setattr(cls, "profiles", {**cls.profiles, "quick": {**cls.profiles["quick"], "num_iterations": 7}})
+    monkeypatch.setattr(cls, "profiles", {**cls.profiles, "quick": {**cls.profiles["quick"], "num_iterations": 1234}})
     after = plan_runs(args, device)[0][0].key
-    assert after.config["profile_preset"]["num_iterations"] == 7
+    assert after.config["profile_preset"]["num_iterations"] == 1234
     assert before.filename != after.filename
 
 
