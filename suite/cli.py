@@ -165,6 +165,8 @@ def plan_runs(args: argparse.Namespace, device: torch.device) -> tuple[list[Plan
                 "profile_preset": method.profiles.get(args.profile, {}),
                 "num_draws": args.draws,
                 "eval_draws": args.eval_draws,
+                # Methods are scored on the "test" half of stored references (the "train" half is for learning).
+                "gold_split": "test",
                 "device": device.type,
             }
             for seed in range(_seeds_for(method, args)):

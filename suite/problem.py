@@ -108,11 +108,24 @@ class Problem(ABC):
     def reference_draws(self, num_draws: int, generator: torch.Generator) -> Draws | None:
         """Gold-standard draws (m, theta_m) from the target in float64, or None when unavailable.
 
-        By default a random subset of the stored reference's draws (at most as
-        many as it holds).
+        These are the draws methods are scored on. By default a random subset
+        of the "test" half of the stored reference's draws (at most as many as
+        it holds).
         """
         reference = self.stored_reference()
-        return None if reference is None else reference.draws(num_draws, generator)
+        return None if reference is None else reference.draws(num_draws, generator, split="test")
+
+    def training_draws(self, num_draws: int, generator: torch.Generator) -> Draws | None:
+        """Posterior draws (m, theta_m) for methods that learn from samples (TRJ's transports), or None.
+
+        They never overlap the draws of :meth:`reference_draws`: by default the
+        "train" half of the stored reference's draws; problems with exact
+        samplers draw afresh with ``generator``.
+        """
+        reference = self.stored_reference()
+        if reference is not None:
+            return reference.draws(num_draws, generator, split="train")
+        return self.reference_draws(num_draws, generator)
 
     def stored_reference(self) -> Any:
         """The reference engine's stored estimate for this instance (``suite.reference.store.Reference``) or None."""

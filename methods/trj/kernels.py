@@ -62,6 +62,50 @@ def transport_jump(
     )
     log_joint_to = problem.log_joint(model_to, theta_to)
     log_ratio = (log_joint_to - log_joint) + log_jump_ratio + log_aux + log_det_fwd + log_det_inv
+    return metropolis_jump(state, model_to, theta_to, log_joint_to, log_ratio, log_jump_ratio, generator)
+
+
+def saturated_jump(
+    problem: Problem,
+    state: ChainState,
+    transport: ExactTransport,
+    model_to: Tensor,
+    log_jump_ratio: Tensor,
+    generator: torch.Generator,
+) -> tuple[ChainState, Tensor, JumpRecord]:
+    """One CTRJ proposal per chain (TRJ paper, Algorithm 2) through a conditional transport of all coordinates.
+
+    The state is saturated: inactive coordinates hold auxiliary variables u ~ N(0, 1) (the sampler refreshes
+    them before each jump). xi' = T^{-1}(T(xi | m) | m'), and the ratio is that of the saturated target
+    pi(m, theta) prod_inactive phi(u) with both log-determinants.
+    """
+    m, xi, log_joint = state
+    active, active_to = problem.mask(m), problem.mask(model_to)
+    z, log_det_fwd = transport.to_reference(m, xi)
+    xi_to, log_det_inv = transport.from_reference(model_to, z)
+    log_aux = row_sum(torch.where(active_to, 0.0, std_normal_log_prob(xi_to))) - row_sum(
+        torch.where(active, 0.0, std_normal_log_prob(xi))
+    )
+    log_joint_to = problem.log_joint(model_to, xi_to)
+    log_ratio = (log_joint_to - log_joint) + log_jump_ratio + log_aux + log_det_fwd + log_det_inv
+    return metropolis_jump(state, model_to, xi_to, log_joint_to, log_ratio, log_jump_ratio, generator)
+
+
+def metropolis_jump(
+    state: ChainState,
+    model_to: Tensor,
+    theta_to: Tensor,
+    log_joint_to: Tensor,
+    log_ratio: Tensor,
+    log_jump_ratio: Tensor,
+    generator: torch.Generator,
+) -> tuple[ChainState, Tensor, JumpRecord]:
+    """Accept or reject proposed (m', theta') per chain given the log acceptance ratio.
+
+    Chains whose proposal is their own model are left unchanged (log alpha = 0, not counted as accepted);
+    NaN ratios are rejections.
+    """
+    m, theta, log_joint = state
     stay = model_to == m
     log_ratio = torch.where(stay, torch.zeros_like(log_ratio), log_ratio)
     log_alpha = torch.nan_to_num(log_ratio, nan=-torch.inf).clamp_max(0.0)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from methods.common.moments import grouped_moments, safe_cholesky
-from suite.problem import Problem
+from methods.common.moments import grouped_moments, safe_cholesky, shrink_to_pooled, shrunk_covariances
+from suite.problem import Problem, std_normal_log_prob
 from suite.tensor_ops import row_sum, rows
 
 
@@ -31,25 +31,39 @@ class AffineTransport:
         self.log_diag = torch.log(torch.diagonal(chol, dim1=-2, dim2=-1))
 
     @classmethod
-    def fit(cls, problem: Problem, model_index: Tensor, theta: Tensor, min_draws: int | None = None) -> AffineTransport:
-        """Moments of each model's draws; a model with fewer than ``min_draws`` (default dim + 2) draws is refused."""
+    def fit(
+        cls, problem: Problem, model_index: Tensor, theta: Tensor, min_draws: int | None = None, shrink: bool = False
+    ) -> AffineTransport:
+        """Moments of each model's draws.
+
+        A model with fewer than ``min_draws`` (default dim + 2) draws is refused, unless ``shrink``: then every
+        model's mean and covariance are shrunk towards the pooled ones with the weight of dim + 2 draws, so
+        that models with few or no draws still get a transport (the pooled moments).
+        """
         num_models = problem.model_space.num_models
         if num_models is None:
             raise ValueError("affine transports need an enumerable model space")
         mask = problem.mask(model_index)
-        _, mean, cov = grouped_moments(model_index, theta, mask, num_models)
+        count, mean, cov = grouped_moments(model_index, theta, mask, num_models)
         active = problem.mask(problem.model_space.all_indices(theta.device))
-        need = (active.sum(-1) + 2) if min_draws is None else torch.full((num_models,), min_draws)
-        draws = torch.bincount(model_index, minlength=num_models)
-        short = (draws < need.to(draws.device)).nonzero().flatten().tolist()
-        if short:
-            names = ", ".join(problem.model_space.identifier(m) for m in short[:5])
-            raise ValueError(f"too few draws to fit transports for {len(short)} model(s), e.g. {names}")
+        if shrink:
+            weight = float(problem.dim_max + 2)
+            mean = shrink_to_pooled(torch.diagonal(count, dim1=-2, dim2=-1), mean, prior_weight=1.0, default=0.0)
+            cov = shrunk_covariances(count, cov, prior_weight=weight)
+        else:
+            need = (active.sum(-1) + 2) if min_draws is None else torch.full((num_models,), min_draws)
+            draws = torch.bincount(model_index, minlength=num_models)
+            short = (draws < need.to(draws.device)).nonzero().flatten().tolist()
+            if short:
+                names = ", ".join(problem.model_space.identifier(m) for m in short[:5])
+                raise ValueError(f"too few draws to fit transports for {len(short)} model(s), e.g. {names}")
         both = active[:, :, None] & active[:, None, :]
         eye = torch.eye(theta.shape[-1], dtype=theta.dtype, device=theta.device)
         cov = torch.where(both, cov, eye.expand_as(cov))
         mean = torch.where(active, mean, torch.zeros_like(mean))
-        return cls(mean, safe_cholesky(cov))
+        # safe_cholesky may add a ridge to a whole matrix; the inactive block must stay exactly the identity, or
+        # the transport would not pass inactive coordinates through and its log-determinant would be off.
+        return cls(mean, torch.where(both, safe_cholesky(cov), eye.expand_as(cov)))
 
     def to_reference(self, model_index: Tensor, theta: Tensor) -> tuple[Tensor, Tensor]:
         """z = L_m^{-1} (theta - mu_m) and its log-determinant -sum log diag L_m."""
@@ -63,3 +77,13 @@ class AffineTransport:
         chol = rows(self.chol, model_index)
         theta = rows(self.mean, model_index) + torch.matmul(chol, z.unsqueeze(-1)).squeeze(-1)
         return theta, row_sum(rows(self.log_diag, model_index))
+
+
+def transport_log_prob(problem: Problem, transport: object, model_index: Tensor, theta: Tensor) -> Tensor:
+    """log q_m(theta_m): the density that ``transport`` pulls back from N(0, I) on m's active coordinates, ``[B]``.
+
+    q_m(theta) = N(T_m(theta); 0, I) |det dT_m/dtheta|, for transports that act on active coordinates only.
+    """
+    z, log_det = transport.to_reference(model_index, theta)
+    active = problem.mask(model_index)
+    return row_sum(torch.where(active, std_normal_log_prob(z), 0.0)) + log_det

@@ -230,6 +230,16 @@ class FactorAnalysis(Problem):
         return torch.cat([loadings, math.log(IG_SCALE) - gamma.log().to(device)], -1)
 
     # ------------------------------------------------------------------ helpers
+    def variance_mask(self, model_index: Tensor) -> Tensor:
+        """Active coordinates holding log noise variances log lambda_i (slots 15-20 in every model), ``[B, 21]``."""
+        is_variance = torch.arange(DIM_MAX, device=model_index.device) >= NUM_LOADINGS
+        return self.mask(model_index) & is_variance
+
+    def log_diagonal_mask(self, model_index: Tensor) -> Tensor:
+        """Active coordinates holding log diagonal loadings log beta_cc, ``[B, 21]``."""
+        diagonal = rows(self._device.get("diagonal", model_index.device), model_index)
+        return torch.cat([diagonal, diagonal.new_zeros(diagonal.shape[0], NUM_SERIES)], -1)
+
     def covariance(self, model_index: Tensor, theta: Tensor) -> Tensor:
         """Sigma = B B^T + Lambda of each draw, ``[B, 6, 6]`` (for checks and diagnostics)."""
         diagonal = rows(self._device.get("diagonal", theta.device), model_index)

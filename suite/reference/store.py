@@ -60,6 +60,10 @@ def search_path() -> list[Path]:
     return [*folders, SHIPPED_DIR]
 
 
+#: Halves of the stored draws: scoring ("test") and learning ("train") never share a draw.
+SPLITS = ("all", "test", "train")
+
+
 @dataclass
 class Reference:
     """Ground truth of one problem instance, estimated or exact, with its Monte Carlo error."""
@@ -84,10 +88,18 @@ class Reference:
         """p(m | D) with standard errors."""
         return ModelProbs.from_dense(torch.as_tensor(self.prob), torch.as_tensor(self.prob_se))
 
-    def draws(self, num_draws: int, generator: torch.Generator) -> Draws:
-        """``min(num_draws, stored)`` gold draws, a random subset without replacement, in float64."""
-        n = min(num_draws, len(self.gold_model_index))
-        pick = torch.randperm(len(self.gold_model_index), generator=generator)[:n].sort().values
+    def draws(self, num_draws: int, generator: torch.Generator, split: str = "all") -> Draws:
+        """``min(num_draws, available)`` stored draws of ``split``, a random subset without replacement, in float64.
+
+        The stored draws are in random order; ``split="test"`` is their first half (the draws the suite scores
+        methods on), ``"train"`` the second half (for methods that learn from posterior draws), ``"all"`` both.
+        """
+        total = len(self.gold_model_index)
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
+        start, stop = {"all": (0, total), "test": (0, total // 2), "train": (total // 2, total)}[split]
+        n = min(num_draws, stop - start)
+        pick = start + torch.randperm(stop - start, generator=generator)[:n].sort().values
         theta = torch.as_tensor(self.gold_theta, dtype=torch.float64)[pick]
         return Draws(torch.as_tensor(self.gold_model_index, dtype=torch.int64)[pick], theta)
 
