@@ -132,7 +132,8 @@ class PairStatistics:
         """
         log_b, var_b = self.log_ratios()
         k = self.num_models
-        known = ~torch.isnan(log_b)
+        # A pair whose mean alpha underflows has an infinite variance: it carries no information.
+        known = torch.isfinite(log_b) & torch.isfinite(var_b)
         known.fill_diagonal_(False)
         weight = torch.where(known, 1.0 / var_b.clamp_min(MIN_PAIR_VARIANCE), 0.0)
         root = int(self.count.sum(1).argmax())

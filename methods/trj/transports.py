@@ -79,11 +79,16 @@ class AffineTransport:
         return theta, row_sum(rows(self.log_diag, model_index))
 
 
-def transport_log_prob(problem: Problem, transport: object, model_index: Tensor, theta: Tensor) -> Tensor:
+def transport_log_prob(transport: object, problem: Problem, model_index: Tensor, theta: Tensor) -> Tensor:
     """log q_m(theta_m): the density that ``transport`` pulls back from N(0, I) on m's active coordinates, ``[B]``.
 
-    q_m(theta) = N(T_m(theta); 0, I) |det dT_m/dtheta|, for transports that act on active coordinates only.
+    q_m(theta) = N(T_m(theta); 0, I) |det dT_m/dtheta|, for any transport acting on active coordinates only.
     """
     z, log_det = transport.to_reference(model_index, theta)
-    active = problem.mask(model_index)
+    return active_log_prob(z, log_det, problem.mask(model_index))
+
+
+def active_log_prob(z: Tensor, log_det: Tensor, active: Tensor) -> Tensor:
+    """sum over active coordinates of log N(z_i; 0, 1), plus ``log_det``, ``[B]``."""
+    # where() before the sum: an inactive slot may hold anything, even inf.
     return row_sum(torch.where(active, std_normal_log_prob(z), 0.0)) + log_det
