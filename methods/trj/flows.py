@@ -36,7 +36,7 @@ from nflows.transforms.splines import rational_quadratic
 from torch import Tensor, nn
 
 from methods.common.moments import safe_cholesky
-from methods.trj.transports import active_log_prob
+from methods.trj.transports import AffineTransport, active_log_prob
 from suite.problem import Problem, std_normal_log_prob
 from suite.tensor_ops import row_sum
 
@@ -186,10 +186,12 @@ class SplineStack(nn.Module):
     identity and z_i stays associated with theta_i.
     """
 
-    def __init__(self, features: int, context_dim: int | None = None, max_hidden: int = MAX_HIDDEN) -> None:
+    def __init__(
+        self, features: int, context_dim: int | None = None, max_hidden: int = MAX_HIDDEN, num_layers: int = NUM_LAYERS
+    ) -> None:
         super().__init__()
         hidden = min(HIDDEN_PER_FEATURE * features, max_hidden)
-        self.layers = nn.ModuleList(_SplineLayer(features, hidden, context_dim) for _ in range(NUM_LAYERS))
+        self.layers = nn.ModuleList(_SplineLayer(features, hidden, context_dim) for _ in range(num_layers))
 
     def forward(self, u: Tensor, context: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Target side -> reference side on [0, 1]^n, and the log-determinant ``[B]``."""
@@ -347,12 +349,12 @@ def _freeze(module: nn.Module) -> nn.Module:
 class _FlowBlock(nn.Module):
     """T_k on a model's active block: z = logit(F(sigmoid((x - mean) / sd)))."""
 
-    def __init__(self, mean: Tensor, sd: Tensor, max_hidden: int) -> None:
+    def __init__(self, mean: Tensor, sd: Tensor, max_hidden: int, num_layers: int = NUM_LAYERS) -> None:
         super().__init__()
         self.register_buffer("mean", mean)
         self.register_buffer("sd", sd)
         self.register_buffer("log_sd_sum", torch.log(sd).sum())
-        self.stack = SplineStack(mean.shape[0], max_hidden=max_hidden)
+        self.stack = SplineStack(mean.shape[0], max_hidden=max_hidden, num_layers=num_layers)
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Target -> reference on the block ``[N, n_k]``."""
@@ -393,7 +395,7 @@ def _affine_block(x: Tensor) -> _AffineBlock:
 
 
 def _fit_flow_block(
-    x: Tensor, settings: FitSettings, generator: torch.Generator, max_hidden: int, progress: bool
+    x: Tensor, settings: FitSettings, generator: torch.Generator, max_hidden: int, progress: bool, num_layers: int
 ) -> tuple[_FlowBlock, int, Tensor, Tensor, float, float]:
     """Maximum likelihood fit of one model's flow.
 
@@ -404,7 +406,7 @@ def _fit_flow_block(
     sd = x.std(0, correction=0).clamp_min(SD_FLOOR)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(_seed_from(generator))
-        block = _FlowBlock(mean, sd, max_hidden).to(dtype=x.dtype, device=x.device)
+        block = _FlowBlock(mean, sd, max_hidden, num_layers).to(dtype=x.dtype, device=x.device)
     train, val = _split(x.shape[0], settings.validation_fraction, generator, x.device)
     # s and h are fixed: map the draws to [0, 1] once and train F on them.
     x_std = (x - mean) / sd
@@ -464,13 +466,15 @@ class SplineTransport:
         lr_factor_early: float = 0.992,
         min_draws: int | None = None,
         max_hidden: int = MAX_HIDDEN,
+        num_layers: int = NUM_LAYERS,
         generator: torch.Generator | None = None,
         progress: bool = False,
     ) -> SplineTransport:
         """Fit each model's flow by maximum likelihood on its draws (one optimisation per model).
 
         ``min_draws`` defaults to max(50, 10 n_k) per model; below it a model gets
-        the affine transport, and below n_k + 2 draws fitting is refused.
+        the affine transport, and below n_k + 2 draws the affine transport of
+        moments shrunk towards the pooled ones (``AffineTransport.fit(shrink=True)``).
         """
         num_models = problem.model_space.num_models
         if num_models is None:
@@ -482,24 +486,26 @@ class SplineTransport:
         masks = problem.mask(problem.model_space.all_indices(theta.device))
         dims = masks.sum(-1).tolist()
         draws = torch.bincount(model_index, minlength=num_models).tolist()
-        short = [k for k in range(num_models) if draws[k] < dims[k] + 2]
-        if short:
-            names = ", ".join(problem.model_space.identifier(m) for m in short[:5])
-            raise ValueError(f"too few draws to fit transports for {len(short)} model(s), e.g. {names}")
         theta = theta.detach()
+        # Models with very few (or no) draws get moments shrunk towards the pooled ones.
+        shrunk = AffineTransport.fit(problem, model_index, theta, shrink=True)
         blocks: list[nn.Module] = []
         records: list[FitRecord] = []
         for k in range(num_models):
             start, cpu_start = time.perf_counter(), time.process_time()
             x = theta[model_index == k][:, masks[k]]
             need = max(50, 10 * dims[k]) if min_draws is None else min_draws
-            if draws[k] < need or dims[k] == 0:
+            if draws[k] < dims[k] + 2 or dims[k] == 0:
+                chol = shrunk.chol[k][masks[k]][:, masks[k]]
+                block = _AffineBlock(shrunk.mean[k][masks[k]], chol).to(dtype=x.dtype, device=x.device)
+                record = FitRecord(k, "affine (shrunk to pooled moments)", x.shape[0], 0, 0, math.nan, math.nan, 0.0)
+            elif draws[k] < need:
                 block = _affine_block(x)
                 nll = _affine_nll(block, x)
                 record = FitRecord(k, "affine", x.shape[0], 0, 0, nll, math.nan, 0.0)
             else:
                 block, its, train, val, train_nll, val_nll = _fit_flow_block(
-                    x, settings, generator, max_hidden, progress
+                    x, settings, generator, max_hidden, progress, num_layers
                 )
                 record = FitRecord(k, "flow", train.numel(), val.numel(), its, train_nll, val_nll, 0.0)
             record.seconds, record.cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
@@ -556,12 +562,14 @@ class SplineTransport:
 class _ConditionalFlow(nn.Module):
     """The parameters of T~(. | k): pooled standardisation and the conditional spline stack."""
 
-    def __init__(self, mean: Tensor, sd: Tensor, dim: int, context_dim: int, max_hidden: int) -> None:
+    def __init__(
+        self, mean: Tensor, sd: Tensor, dim: int, context_dim: int, max_hidden: int, num_layers: int = NUM_LAYERS
+    ) -> None:
         super().__init__()
         self.register_buffer("mean", mean)
         self.register_buffer("sd", sd)
         self.register_buffer("log_sd", torch.log(sd))
-        self.stack = SplineStack(dim, context_dim=context_dim, max_hidden=max_hidden)
+        self.stack = SplineStack(dim, context_dim=context_dim, max_hidden=max_hidden, num_layers=num_layers)
 
     def standardise(self, xi: Tensor, active: Tensor) -> tuple[Tensor, Tensor]:
         """s(xi | k): standardised active coordinates, auxiliaries unchanged; and its log-determinant ``[B]``."""
@@ -599,6 +607,7 @@ class ConditionalSplineTransport:
         double_batch_every: int | None = 250,
         lr_factor_early: float = 0.992,
         max_hidden: int = MAX_HIDDEN,
+        num_layers: int = NUM_LAYERS,
         generator: torch.Generator | None = None,
         progress: bool = False,
     ) -> ConditionalSplineTransport:
@@ -615,7 +624,7 @@ class ConditionalSplineTransport:
         mean, sd = _pooled_moments(theta, active, weight)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(_seed_from(generator))
-            flow = _ConditionalFlow(mean, sd, problem.dim_max, problem.context_dim, max_hidden)
+            flow = _ConditionalFlow(mean, sd, problem.dim_max, problem.context_dim, max_hidden, num_layers)
             flow = flow.to(dtype=theta.dtype, device=theta.device)
         context = problem.context(model_index, theta.dtype).to(theta.device)
         x_std, fixed_log_det = flow.standardise(torch.where(active, theta, 0.0), active)

@@ -129,6 +129,7 @@ class ChainRun:
     """What a sampler run returns."""
 
     kept: tuple[Tensor, Tensor]  # thinned (model_index [N], theta [N, D])
+    num_chains: int
     stats: GroupedPairStatistics
     visits: Tensor  # [K] visit counts after burn-in
     accept_between: float
@@ -206,6 +207,7 @@ def run_chains(
     n_between = float(proposed_between)
     return ChainRun(
         kept=(kept_m.flatten(), kept_theta.flatten(0, 1)),
+        num_chains=num_chains,
         stats=stats,
         visits=visits,
         accept_between=float(accepted[0]) / max(n_between, 1.0),
