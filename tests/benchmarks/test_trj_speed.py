@@ -35,9 +35,11 @@ def test_sampling_phase(benchmark, transport: str) -> None:
     method = TRJ(
         transport=transport,
         num_chains=CHAINS,
-        burn_in=50,
-        num_iterations=500,
+        burn_in=10,
+        num_iterations=100,
         thin=10,
+        flow_layers=3,
+        flow_hidden=256,
         progress=False,
         num_training_draws=5000,
         flow_iterations=1000,
