@@ -50,8 +50,8 @@ _SHARED_PROFILES: dict[str, dict[str, Any]] = {
     # inside its budget; the paper profile has the paper's three.
     "quick": {
         "num_chains": 256,
-        "burn_in": 30,
-        "num_iterations": 150,
+        "burn_in": 20,
+        "num_iterations": 100,
         "thin": 1,
         "num_training_draws": 5000,
         "flow_iterations": 300,
