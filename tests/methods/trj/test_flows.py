@@ -177,8 +177,18 @@ def test_too_few_draws_fall_back_to_affine(sas) -> None:
     torch.testing.assert_close(
         transport.to_reference(m[few][rows], theta[few][rows]), affine.to_reference(m[few][rows], theta[few][rows])
     )
-    with pytest.raises(ValueError, match="too few draws"):
-        SplineTransport.fit(sas, torch.tensor([0, 0, 0, 1, 1, 1]), torch.randn(6, 2, dtype=F64))
+    # Below n_k + 2 draws (model 1: 2 draws of 2 coordinates) the moments are shrunk to the pooled ones, as
+    # AffineTransport.fit(shrink=True) does, so that every model still has an invertible transport.
+    m_few, theta_few = (
+        torch.tensor([0, 0, 0, 1, 1]),
+        torch.randn(5, 2, dtype=F64, generator=torch.Generator().manual_seed(1)),
+    )
+    transport = SplineTransport.fit(sas, m_few, theta_few, iterations=5)
+    assert transport.records[1].kind.startswith("affine (shrunk")
+    shrunk = AffineTransport.fit(sas, m_few, theta_few, shrink=True)
+    ones = torch.ones(3, dtype=torch.int64)
+    probe = torch.randn(3, 2, dtype=F64, generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(transport.to_reference(ones, probe), shrunk.to_reference(ones, probe))
 
 
 def test_conditional_round_trip_and_log_determinant(sas, conditional) -> None:
