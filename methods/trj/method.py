@@ -87,7 +87,7 @@ class _TransportRJ(Method):
     #: Spline layers per flow (the paper: 3). The inverse costs one conditioner pass per layer and coordinate.
     flow_layers: int | None = None
     within_moves: int = 1
-    jumps: str = "uniform"
+    jumps: str = "auto"
     estimator: str = "bbe"
     #: Largest model space the method accepts (it fits and tables something per model).
     max_models: int = 256

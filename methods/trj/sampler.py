@@ -30,7 +30,10 @@ from suite.tensor_ops import rows
 
 #: (state, proposed models, log jump ratios, generator) -> (new state, accept flags, proposal record).
 JumpFn = Callable[[ChainState, Tensor, Tensor, torch.Generator], tuple[ChainState, Tensor, JumpRecord]]
-JUMP_CHOICES = ("uniform", "estimate", "neighbour")
+JUMP_CHOICES = ("auto", "uniform", "estimate", "neighbour")
+#: ``jumps="auto"``: uniform over the other models up to this many models, the model space's local jump beyond
+#: (with uniform jumps over 128 models each pair gets too few proposals for the bridge estimate).
+AUTO_UNIFORM_MAX_MODELS = 16
 #: Chains are split into this many groups for jackknife standard errors of the bridge estimate.
 NUM_CHAIN_GROUPS = 32
 #: Points of the running estimate (TRJ Figs. 3-4) stored per run.
@@ -40,6 +43,7 @@ RUNNING_POINTS = 25
 class JumpChooser:
     """Draws each chain's proposed model and the log ratio log j_m'(m) - log j_m(m').
 
+    ``auto``: ``uniform`` for at most 16 models, else ``neighbour``;
     ``uniform``: every other model with equal probability (never the current one);
     ``estimate``: j_m(m') = p_hat(m') for a given model-probability estimate (m' may equal m: then the chain
     only makes its within-model moves, as in TRJ Algorithm 1); ``neighbour``: the model space's own local
@@ -51,8 +55,10 @@ class JumpChooser:
             raise ValueError(f"unknown jumps {kind!r}; valid: {', '.join(JUMP_CHOICES)}")
         if kind == "estimate" and estimate is None:
             raise ValueError("jumps='estimate' needs a model-probability estimate")
-        self.problem, self.kind = problem, kind
         self.num_models = int(problem.num_models)
+        if kind == "auto":
+            kind = "uniform" if self.num_models <= AUTO_UNIFORM_MAX_MODELS else "neighbour"
+        self.problem, self.kind = problem, kind
         self.log_probs = None if estimate is None else estimate.to(torch.float64).clamp_min(1e-300).log()
 
     def __call__(self, model_index: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor]:
