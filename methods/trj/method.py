@@ -10,6 +10,7 @@ log q(m) + log q_m(theta_m), q_m the density the transport pulls back from N(0, 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from abc import abstractmethod
 from dataclasses import dataclass
@@ -297,17 +298,8 @@ class TRJ(_TransportRJ):
         if kind == "rq" and int(problem.num_models) <= int(s["max_flow_models"]) and int(s["flow_iterations"]) > 0:
             from methods.trj.flows import SplineTransport
 
-            transport = SplineTransport.fit(
-                problem,
-                train.model_index,
-                train.theta,
-                iterations=int(s["flow_iterations"]),
-                max_hidden=int(s["flow_hidden"]),
-                num_layers=int(s["flow_layers"]),
-                generator=generator,
-                progress=bool(s["progress"]),
-            )
-            return transport, {"transport": "rq", "flow_fit": getattr(transport, "diagnostics", None)}
+            transport = _fit_flow(SplineTransport, problem, train, s, generator)
+            return transport, {"transport": "rq", "flow_fit": [dataclasses.asdict(r) for r in transport.records]}
         note = "affine" if kind == "affine" else f"affine (rq asked for; {problem.num_models} models > max_flow_models)"
         return AffineTransport.fit(problem, train.model_index, train.theta, shrink=True), {"transport": note}
 
@@ -341,17 +333,9 @@ class CTRJ(_TransportRJ):
     def _fit(self, problem: Problem, train: Draws, s: dict[str, Any], generator: torch.Generator) -> tuple[Any, dict]:
         from methods.trj.flows import ConditionalSplineTransport
 
-        transport = ConditionalSplineTransport.fit(
-            problem,
-            train.model_index,
-            train.theta,
-            iterations=int(s["flow_iterations"]),
-            max_hidden=int(s["flow_hidden"]),
-            num_layers=int(s["flow_layers"]),
-            generator=generator,
-            progress=bool(s["progress"]),
-        )
-        return transport, {"transport": "conditional rq", "flow_fit": getattr(transport, "diagnostics", None)}
+        transport = _fit_flow(ConditionalSplineTransport, problem, train, s, generator)
+        fit = None if transport.record is None else dataclasses.asdict(transport.record)
+        return transport, {"transport": "conditional rq", "flow_fit": fit}
 
     def _jump(self, problem: Problem, transport: Any) -> Any:
         return lambda state, to, log_ratio, gen: saturated_jump(problem, state, transport, to, log_ratio, gen)
@@ -371,3 +355,17 @@ class CTRJ(_TransportRJ):
             return log_q_m[model_index] + torch.logsumexp(log_w, 0) - math.log(CTRJ_DENSITY_AUX_DRAWS)
 
         return log_density
+
+
+def _fit_flow(flow_class: Any, problem: Problem, train: Draws, s: dict[str, Any], generator: torch.Generator) -> Any:
+    """Fit a spline transport (per model or conditional) to the training draws with the run's flow settings."""
+    return flow_class.fit(
+        problem,
+        train.model_index,
+        train.theta,
+        iterations=int(s["flow_iterations"]),
+        max_hidden=int(s["flow_hidden"]),
+        num_layers=int(s["flow_layers"]),
+        generator=generator,
+        progress=bool(s["progress"]),
+    )

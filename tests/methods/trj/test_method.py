@@ -49,6 +49,7 @@ def test_trj_with_fitted_spline_flows_on_sas() -> None:
     budget: 60 flow iterations, one layer); and within 4 of its jackknife standard errors."""
     _, result = _run("trj", "sas", transport="rq", num_chains=256, num_iterations=200)
     assert result.diagnostics["transport"] == "rq"
+    assert [fit["model"] for fit in result.diagnostics["flow_fit"]] == [0, 1]  # the fit is recorded per model
     p2, se = float(result.model_probs.dense(2)[1]), float(result.model_probs.se[1])
     assert abs(p2 - 0.75) < 0.02 and abs(p2 - 0.75) < 4 * se + 1e-3, (p2, se)
     # A better transport than affine: exact maps accept 0.50 of the uniform jumps (1 from model 1, 1/3 from
