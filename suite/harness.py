@@ -112,7 +112,8 @@ class PeakMemory:
         if self.device.type == "cuda":
             self.peak_bytes = int(torch.cuda.max_memory_allocated(self.device))
             return
-        self.peak_bytes = _rss_high_water_mark()
+        # Where the kernel updates the mark lazily, the RSS now can exceed it; never report less.
+        self.peak_bytes = max(_rss_high_water_mark(), _proc_status_kib().get("VmRSS", 0) * 1024)
 
 
 def _proc_status_kib() -> dict[str, int]:

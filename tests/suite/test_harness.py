@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from suite.harness import PeakMemory, PhaseTimer, environment, resolve_device
+from suite.harness import PeakMemory, PhaseTimer, _proc_status_kib, environment, resolve_device
 from suite.method import Budget, Method, Result
 from suite.registry import make_problem
 from suite.runner import execute
@@ -34,9 +34,16 @@ def test_peak_memory_sees_a_large_allocation() -> None:
     with PeakMemory(torch.device("cpu")) as small:
         pass
     with PeakMemory(torch.device("cpu")) as big:
+        rss_before = _proc_status_kib().get("VmRSS", 0) * 1024
         block = np.ones(300 * 2**20 // 8)  # 300 MiB, touched
+        rss_grew = _proc_status_kib().get("VmRSS", 0) * 1024 - rss_before > 250 * 2**20
         del block
-    assert big.peak_bytes - small.peak_bytes > 250 * 2**20 or big.scope == "process"
+    if big.scope == "process":
+        assert big.peak_bytes >= small.peak_bytes
+    elif not rss_grew:
+        pytest.skip("this machine's RSS accounting does not show a touched 300 MiB allocation")
+    else:
+        assert big.peak_bytes - small.peak_bytes > 250 * 2**20
 
 
 class Exploding(Method):
