@@ -1,3 +1,12 @@
 """Built-in benchmark problems; importing this package registers them."""
 
-from problems import block_vs, factor_analysis, linear_dag, robust_vs, sas  # noqa: F401  (each registers its problems)
+from problems import (  # noqa: F401  (each registers its problems)
+    block_vs,
+    eight_schools,
+    factor_analysis,
+    funnel,
+    linear_dag,
+    robust_vs,
+    sas,
+    seeds,
+)

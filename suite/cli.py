@@ -16,7 +16,12 @@ from tqdm.auto import tqdm
 
 from suite import records as rec
 from suite.harness import DEVICE_CHOICES, resolve_device, tune_allocator
-from suite.leaderboard import format_for_terminal, write_leaderboards
+from suite.leaderboard import (
+    format_for_terminal,
+    format_reported_comparison,
+    reported_comparison,
+    write_leaderboards,
+)
 from suite.method import DTYPES, PROFILES, Budget, Method
 from suite.plots import plot_model_probs
 from suite.problem import Problem
@@ -249,6 +254,11 @@ def report(records: list[dict], out: Path) -> None:
         png = plot_model_probs(problem, records, out / f"leaderboard_{problem}.png")
         if png:
             print(f"   plot: {png}")
+    comparison = format_reported_comparison(reported_comparison(records))
+    if comparison:
+        (out / "reported_comparison.md").write_text("# Negative ELBO against the source papers\n\n" + comparison)
+        print("\n== Negative ELBO against the source papers (lower is better)")
+        print(comparison)
     print(f"\nRecords, leaderboards (Markdown, CSV) and plots: {out}/")
 
 

@@ -13,7 +13,7 @@ from suite.registry import problem_class
 
 LONG_COLUMNS = ["problem", "method", "seed", "config_hash", "metric", "value", "se", "status", "reason"]
 #: Column order of the summary tables (metrics absent for a problem are dropped).
-METRIC_ORDER = ["model_prob_tv", "model_prob_kl", "model_prob_max_abs", "cross_entropy", "walltime_s"]
+METRIC_ORDER = ["neg_elbo", "model_prob_tv", "model_prob_kl", "model_prob_max_abs", "cross_entropy", "walltime_s"]
 LEGEND = "mean ± standard error over seeds; (MC ± x): the metric's own Monte Carlo error (gold draws / reference)"
 
 
@@ -145,3 +145,52 @@ def format_for_terminal(problem: str, table: pd.DataFrame) -> str:
     """A plain-text rendering of one problem's leaderboard."""
     header = f"== {problem}  (sorted by {main_metric(problem)}; {LEGEND})"
     return header + "\n" + display_table(table).to_string(index=False)
+
+
+def reported_comparison(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """Measured negative ELBO per (problem, method) next to the source paper's figure, where it reports one."""
+    long = long_table(records)
+    rows = []
+    for problem in sorted(long["problem"].unique()):
+        try:
+            cls = problem_class(problem)
+        except KeyError:
+            continue
+        reported: dict[str, float] = getattr(cls, "reported_neg_elbo", {})
+        if not reported:
+            continue
+        table = summary_table(long, problem)
+        measured = (
+            {} if table.empty or "neg_elbo" not in table else dict(zip(table["method"], table.index, strict=True))
+        )
+        for method in sorted(set(reported) | set(measured)):
+            row: dict[str, Any] = {"problem": problem, "method": method, "paper": reported.get(method, math.nan)}
+            if method in measured:
+                i = measured[method]
+                row["measured"], row["measured_se"] = table.loc[i, "neg_elbo"], table.loc[i, "neg_elbo_se"]
+                row["mc_se"] = table.loc[i, "neg_elbo_mc_se"] if "neg_elbo_mc_se" in table else math.nan
+            else:
+                row["measured"] = row["measured_se"] = row["mc_se"] = math.nan
+            row["difference"] = row["measured"] - row["paper"]
+            row["source"] = getattr(cls, "reported_source", "")
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def format_reported_comparison(table: pd.DataFrame) -> str:
+    """The comparison as Markdown (empty string when no problem reports figures)."""
+    if table.empty:
+        return ""
+    shown = pd.DataFrame(
+        {
+            "problem": table["problem"],
+            "method": table["method"],
+            "measured -ELBO": [
+                _fmt(m, s, e) for m, s, e in zip(table["measured"], table["measured_se"], table["mc_se"], strict=True)
+            ],
+            "paper": ["-" if math.isnan(v) else f"{v:.2f}" for v in table["paper"]],
+            "difference": ["-" if math.isnan(v) else f"{v:+.2f}" for v in table["difference"]],
+        }
+    )
+    sources = sorted(set(f"{p}: {s}" for p, s in zip(table["problem"], table["source"], strict=True)))
+    return to_markdown(shown) + "\nSources: " + "; ".join(sources) + "\n"

@@ -19,6 +19,8 @@ DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
 #: log q(m, theta_m) on saturated vectors: (model_index [N], theta [N, dim_max]) -> [N].
 LogDensityFn = Callable[[Tensor, Tensor], Tensor]
+#: Fresh independent draws from the method's own density q: (num, generator) -> Draws.
+SamplerFn = Callable[[int, torch.Generator], Draws]
 
 
 @dataclass(frozen=True)
@@ -47,8 +49,9 @@ class Result:
 
     ``model_probs`` is dense over enumerable spaces, otherwise the top models.
     ``log_density`` is log q(m, theta_m) (needed for cross-entropy); None when
-    the method has no density. ``timings`` maps phase names (setup, train,
-    sample) to seconds.
+    the method has no density. ``sample_q`` draws afresh from that same
+    density (variational methods); with it the suite measures the negative
+    ELBO. ``timings`` maps phase names (setup, train, sample) to seconds.
     """
 
     status: Literal["ok", "failed"] = "ok"
@@ -56,6 +59,7 @@ class Result:
     model_probs: ModelProbs | None = None
     draws: Draws | None = None
     log_density: LogDensityFn | None = None
+    sample_q: SamplerFn | None = None
     diagnostics: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     device: str = "cpu"

@@ -111,3 +111,20 @@ def cross_entropy(log_q: Tensor) -> Estimate:
     if not bool(torch.isfinite(log_q).all()):
         return Estimate(math.inf, None)
     return Estimate(float(-log_q.mean()), float(log_q.std(unbiased=True) / math.sqrt(n)))
+
+
+def mean_estimate(values: Tensor) -> Estimate:
+    """Mean of independent draws with standard error sd / sqrt(n); ``inf`` (no SE) if any value is +inf.
+
+    Used for the negative ELBO, ``mean(log q - log pi~)`` over fresh draws of q: a draw where the
+    target's density underflows to zero makes the estimate infinite, never silently dropped.
+    """
+    values = values.detach().to(torch.float64).flatten()
+    n = values.numel()
+    if n < 2:
+        raise ValueError("a mean estimate needs at least two draws")
+    if bool(torch.isnan(values).any()):
+        return Estimate(math.nan, None)
+    if not bool(torch.isfinite(values).all()):
+        return Estimate(math.inf, None)
+    return Estimate(float(values.mean()), float(values.std(unbiased=True) / math.sqrt(n)))

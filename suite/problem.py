@@ -85,6 +85,25 @@ class Problem(ABC):
         cls = type(self)
         return cls.log_prior_with is not Problem.log_prior_with and cls.sample_prior is not Problem.sample_prior
 
+    # ------------------------- optional: hierarchical structure, for model-informed variational families
+    def latent_order(self) -> Tensor | None:
+        """A topological order of the saturated coordinates (int64 permutation, parents first), or None if unstated."""
+        return None
+
+    def prior_location_scale(self, model_index: Tensor, theta: Tensor) -> tuple[Tensor, Tensor]:
+        """Prior mean ``f_i`` and log standard deviation ``log g_i`` of each coordinate given its parents.
+
+        Optional (MIF paper sec. 2: z_i ~ N(f_i(pa(z_i)), g_i(pa(z_i))^2)). Both are ``[B, dim_max]`` in
+        ``theta``'s dtype; entry i may depend only on coordinates before i in :meth:`latent_order`.
+        Coordinates whose prior is not Gaussian report ``f = 0, log g = 0`` (an identity VIP map).
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no prior_location_scale")
+
+    @property
+    def has_prior_location_scale(self) -> bool:
+        """Whether :meth:`prior_location_scale` is implemented."""
+        return type(self).prior_location_scale is not Problem.prior_location_scale
+
     def context(self, model_index: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
         """Features describing each model for conditional flows, ``[B, context_dim]`` (default: the mask)."""
         return self.mask(model_index).to(dtype)

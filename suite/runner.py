@@ -22,6 +22,8 @@ EVAL_SEED = 20_231_122
 #: Models stored per record for plots and inspection (the most probable first).
 MAX_MODELS_IN_RECORD = 256
 EVAL_CHUNK = 65_536
+#: Fresh draws of a method's own density for its negative ELBO (the MIF paper's 100,000).
+ELBO_DRAWS = 100_000
 
 
 def gold_draws(problem: Problem, num_draws: int) -> Draws | None:
@@ -46,11 +48,29 @@ def evaluate(
     """Metrics of a finished result against the problem's ground truth."""
     out: dict[str, metrics.Estimate] = {}
     truth = problem.reference_model_probs()
-    if truth is not None and result.model_probs is not None:
+    if truth is not None and result.model_probs is not None and problem.num_models != 1:
         out.update(metrics.model_prob_metrics(truth, result.model_probs))
     if draws is not None and result.log_density is not None:
         out["cross_entropy"] = metrics.cross_entropy(_log_density_on(result, draws, device, dtype))
+    if result.sample_q is not None and result.log_density is not None:
+        out["neg_elbo"] = negative_elbo(problem, result, device, dtype)
     return out
+
+
+def negative_elbo(
+    problem: Problem, result: Result, device: torch.device, dtype: torch.dtype, num_draws: int = ELBO_DRAWS
+) -> metrics.Estimate:
+    """-ELBO = E_q[log q(m, theta) - log pi~(m, theta)] over fresh draws of the method's q, with its MC error."""
+    assert result.sample_q is not None and result.log_density is not None
+    generator = torch.Generator(device=device).manual_seed(EVAL_SEED)
+    gaps = []
+    with torch.no_grad():
+        for start in range(0, num_draws, EVAL_CHUNK):
+            fresh = result.sample_q(min(EVAL_CHUNK, num_draws - start), generator)
+            m, theta = fresh.model_index.to(device), fresh.theta.to(device, dtype)
+            log_q = result.log_density(m, theta).to("cpu", torch.float64)
+            gaps.append(log_q - problem.log_joint(m, theta).to("cpu", torch.float64))
+    return metrics.mean_estimate(torch.cat(gaps))
 
 
 def _model_table(problem: Problem, estimate: ModelProbs | None) -> dict[str, Any] | None:

@@ -104,6 +104,12 @@ class RJMCMCBaseline(Method):
             raise ValueError(f"{self.name}: unknown matching {s['matching']!r}; valid: {', '.join(MATCHINGS)}")
         return s
 
+    def supports(self, problem: Problem) -> str | None:
+        """Any problem with more than one model."""
+        if problem.num_models == 1:
+            return "a single model: no jumps to make (fixed-dimension problems are for mif, fr-vip, fr, mf, iaf)"
+        return None
+
     def run(self, problem: Problem, budget: Budget, seed: int, device: torch.device) -> Result:
         """Run the chains and summarise them."""
         s = self.settings(problem, budget)

@@ -262,6 +262,8 @@ class VTISurrogate(_VTIMethod):
 
     def supports(self, problem: Problem) -> str | None:
         """The surrogate keeps one belief per model, so the space must be enumerable."""
+        if problem.num_models == 1:
+            return "a single model: VTI reduces to one fixed-dimension flow, left to mif, fr-vip, fr, mf and iaf"
         return None if problem.num_models is not None else "needs an enumerable model space"
 
 
@@ -313,6 +315,8 @@ class VTIMCG(_VTIMethod):
 
     def supports(self, problem: Problem) -> str | None:
         """MADE needs a binary model space; categorical an enumerable one."""
+        if problem.num_models == 1:
+            return "a single model: VTI reduces to one fixed-dimension flow, left to mif, fr-vip, fr, mf and iaf"
         kind = self._distribution(problem)
         if kind == "made" and not isinstance(problem.model_space, BinarySpace):
             return "model_distribution='made' needs a binary model space"
