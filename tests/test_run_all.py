@@ -25,13 +25,19 @@ def test_list_shows_everything_registered(capsys: pytest.CaptureFixture) -> None
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--methods", "nope"], "unknown method(s) 'nope'; valid methods: ctrj, rjmcmc-baseline"),
+        (
+            ["--methods", "nope"],
+            "unknown method(s) 'nope'; valid methods: ctrj, fr, fr-vip, iaf, mf, mif, rjmcmc-baseline",
+        ),
         (["--problems", "sas,nope"], "unknown problem(s) 'nope'; valid problems: block-vs, "),
         (["--seeds", "0"], "--seeds must be a positive integer"),
         (["--draws", "-3"], "--draws must be a positive integer"),
         (["--eval-draws", "0"], "--eval-draws must be a positive integer"),
         (["--option", "vti-mcg"], "expected METHOD.NAME=VALUE"),
-        (["--option", "nope.flow=x"], "unknown method 'nope'; valid methods: ctrj, rjmcmc-baseline"),
+        (
+            ["--option", "nope.flow=x"],
+            "unknown method 'nope'; valid methods: ctrj, fr, fr-vip, iaf, mf, mif, rjmcmc-baseline",
+        ),
         (["--option", "vti-mcg.flwo=x"], "vti-mcg has no option 'flwo'; valid: "),
         (["--option", "vti-surrogate.flow=nope(1)"], "vti-surrogate on block-vs: unknown flow type 'nope(1)'"),
     ],

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import time
+from abc import abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -93,6 +94,8 @@ class _PerModelVI(Method):
     clip_grad_norm: float | None = None
     #: Learning-rate schedule: "constant" (the paper's) or "cosine" (decay to 0: less gradient noise at the end).
     schedule: str | None = None
+    #: Hidden units of each MIF/IAF conditioner's ReLU MLP (0: affine conditioners; unused by the Gaussians).
+    hidden: int | None = None
     #: Cap on draws per gradient step over all models together (batch_size is lowered to fit, to at least 8).
     max_draws_per_step: int | None = None
     #: Largest model space accepted (a fit per model).
@@ -135,10 +138,11 @@ class _PerModelVI(Method):
         order = problem.latent_order()
         return torch.arange(problem.dim_max) if order is None else order
 
+    @abstractmethod
     def _family(
         self, problem: Problem, active: Tensor, prior_fn: Any, s: dict[str, Any], generator: torch.Generator
     ) -> VariationalFamily:
-        raise NotImplementedError
+        """The family for these models."""
 
     def _uses_prior(self) -> bool:
         return True
@@ -385,8 +389,6 @@ class _MixtureDensity:
 class MIF(_PerModelVI):
     """Model-informed flow per model (MIF paper, Algorithm 1), models weighed by importance-sampled evidence."""
 
-    #: Hidden units of each conditioner's ReLU MLP (0: affine conditioners, as in the paper's Table 2).
-    hidden: int | None = None
     translation: bool = True
     prior_inputs: bool = True
     conditioning: str = "z"
@@ -434,8 +436,6 @@ class MIF(_PerModelVI):
 class IAF(_PerModelVI):
     """Inverse autoregressive flow per model: z_i = m_i(eps_<i) + s_i(eps_<i) eps_i (one layer, MIF's conditioners)."""
 
-    hidden: int | None = None
-
     def _uses_prior(self) -> bool:
         return False
 
@@ -454,11 +454,12 @@ class IAF(_PerModelVI):
         )
 
 
-@dataclass
-class _Gaussian(_PerModelVI):
+class _GaussianFamily:
+    """Mixin: the Gaussian families (full-rank unless ``full_rank`` is False; VIP map if ``vip``)."""
+
     full_rank: ClassVar[bool] = True
     vip: ClassVar[bool] = False
-    hidden: int | None = None  # unused; accepted so that one profile table serves every family
+    torch_dtype: torch.dtype
 
     def _uses_prior(self) -> bool:
         return self.vip
@@ -473,7 +474,7 @@ class _Gaussian(_PerModelVI):
 
 @register_method("fr-vip")
 @dataclass
-class FRVIP(_Gaussian):
+class FRVIP(_GaussianFamily, _PerModelVI):
     """Full-rank Gaussian through the VIP map with a learnable centring lambda per latent (MIF paper, Algorithm 2)."""
 
     vip: ClassVar[bool] = True
@@ -481,13 +482,13 @@ class FRVIP(_Gaussian):
 
 @register_method("fr")
 @dataclass
-class FullRank(_Gaussian):
+class FullRank(_GaussianFamily, _PerModelVI):
     """Full-rank Gaussian per model."""
 
 
 @register_method("mf")
 @dataclass
-class MeanField(_Gaussian):
+class MeanField(_GaussianFamily, _PerModelVI):
     """Mean-field (diagonal) Gaussian per model."""
 
     full_rank: ClassVar[bool] = False

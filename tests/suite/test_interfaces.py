@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from suite.method import Budget, Result
+from suite.problem import Problem
 from suite.registry import available_methods, available_problems, make_method, make_problem
 from suite.runner import execute, gold_draws
 
@@ -63,6 +64,8 @@ def test_problem_float32_agrees_with_float64(name: str) -> None:
     draws = problem.reference_draws(256, gen)
     if draws is None:
         pytest.skip("no reference draws")
+    if getattr(problem, "float32_note", None):
+        pytest.skip(problem.float32_note)
     lp64 = problem.log_joint(draws.model_index, draws.theta)
     lp32 = problem.log_joint(draws.model_index, draws.theta.float())
     # float32 carries ~6e-8 relative error per operation; log joints of magnitude up to ~1e3 summed
@@ -158,6 +161,8 @@ def test_problem_log_joint_agrees_between_torch_and_jax(name: str) -> None:
 
     xp = jax_backend()  # enable float64 before any JAX array is made
     problem, gen = _problem(name), torch.Generator().manual_seed(4)
+    if type(problem).log_joint_with is Problem.log_joint_with:
+        pytest.skip("a torch-only log joint: its ground truth is exact, so the reference engine never needs it")
     inputs = []
     draws = problem.reference_draws(1000, gen)
     if draws is not None:
