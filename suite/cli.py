@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from suite import parallel as par
 from suite import records as rec
 from suite.harness import DEVICE_CHOICES, resolve_device, tune_allocator
 from suite.leaderboard import (
@@ -26,8 +27,6 @@ from suite.method import DTYPES, PROFILES, Budget, Method
 from suite.plots import plot_model_probs
 from suite.problem import Problem
 from suite.registry import available_methods, available_problems, make_method, make_problem, method_class
-from suite.runner import execute, gold_draws
-from suite.types import Draws
 
 #: Gold-standard draws per problem used for cross-entropy, by profile.
 EVAL_DRAWS = {"smoke": 2_000, "quick": 10_000, "paper": 100_000}
@@ -82,6 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--force", action="store_true", help="re-run runs that already have a record")
     parser.add_argument("--list", action="store_true", help="list registered problems and methods, then exit")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="runs executed side by side in worker processes (default: one per CPU core, at most 8; 1 on a GPU). "
+        "Each job gets an equal share of the threads; use --jobs 1 when comparing walltimes",
+    )
     parser.add_argument(
         "--option",
         action="append",
@@ -192,7 +198,8 @@ def _validate(args: argparse.Namespace) -> torch.device:
     args.seeds = DEFAULT_SEEDS[args.profile] if args.seeds is None else args.seeds
     args.eval_draws = EVAL_DRAWS[args.profile] if args.eval_draws is None else args.eval_draws
     args.out = Path("results") / args.profile if args.out is None else args.out
-    for flag, value in (("--seeds", args.seeds), ("--draws", args.draws), ("--eval-draws", args.eval_draws)):
+    checks = [("--seeds", args.seeds), ("--draws", args.draws), ("--eval-draws", args.eval_draws)]
+    for flag, value in [*checks, ("--jobs", 1 if args.jobs is None else args.jobs)]:
         if value <= 0:
             raise UsageError(f"{flag} must be a positive integer, got {value}")
     try:
@@ -200,30 +207,52 @@ def _validate(args: argparse.Namespace) -> torch.device:
         rec.check_writable(args.out)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    args.jobs = par.default_jobs(device) if args.jobs is None else args.jobs
     return device
 
 
 def run_plan(plan: list[PlannedRun], args: argparse.Namespace, device: torch.device) -> list[dict]:
-    """Execute unfinished runs (all with ``--force``), writing each record as soon as it is done."""
+    """Execute unfinished runs (all with ``--force``), each record written as soon as its run is done."""
     rec.remove_stale_temporaries(args.out)
     todo = [run for run in plan if args.force or not rec.is_finished(args.out, run.key)]
     skipped = len(plan) - len(todo)
     if skipped:
         print(f"{skipped} of {len(plan)} runs already have records in {args.out} (use --force to re-run them)")
+    jobs = min(args.jobs, len(todo)) if todo else 1
+    threads = max(1, torch.get_num_threads() // jobs) if jobs > 1 else torch.get_num_threads()
+    if jobs > 1:
+        print(f"{len(todo)} runs in {jobs} worker processes, {threads} thread(s) each (--jobs 1: one at a time)")
     budget = Budget(profile=args.profile, num_draws=args.draws)
-    gold: dict[str, Draws | None] = {}
-    bar = tqdm(todo, desc="runs", unit="run", disable=args.no_progress or None)
-    for run in bar:
-        bar.set_postfix_str(f"{run.key.problem} / {run.key.method} / seed {run.key.seed}")
-        if run.key.problem not in gold:
-            gold[run.key.problem] = gold_draws(run.problem, args.eval_draws)
-        record = execute(run.problem, run.method, budget, run.key.seed, device, gold[run.key.problem])
-        record["config_hash"] = run.key.config_hash
-        record["run_config"] = run.key.config
-        rec.write_record(args.out, run.key, record)
-        if record["status"] != "ok":
-            tqdm.write(f"FAILED {run.key.problem} / {run.key.method} / seed {run.key.seed}: {record['reason']}")
-    return [rec.read_record(args.out, run.key) for run in plan]
+
+    def spec(run: PlannedRun) -> par.RunSpec:
+        options = {**run.method.options(), "progress": False} if jobs > 1 else run.method.options()
+        return par.RunSpec(run.key, options, budget, str(device), args.eval_draws, args.out, jobs, threads)
+
+    by_key = {run.key.filename: run for run in todo}
+    bar = tqdm(total=len(todo), desc="runs", unit="run", disable=args.no_progress or None)
+    lost: dict[str, dict] = {}
+    if jobs > 1:
+        outcomes = par.run_in_workers([spec(run) for run in todo], jobs, threads)
+    else:
+        outcomes = _run_serially([spec(run) for run in todo], by_key, bar)
+    for done, status, reason in outcomes:
+        bar.update(1)
+        key = done.key
+        if status != "ok":
+            tqdm.write(f"FAILED {key.problem} / {key.method} / seed {key.seed}: {reason}")
+        if not rec.is_finished(args.out, key):  # the worker died before writing: shown, not saved (a rerun retries)
+            lost[key.filename] = {**dataclasses.asdict(key), "status": status, "reason": reason}
+    bar.close()
+    return [lost.get(run.key.filename) or rec.read_record(args.out, run.key) for run in plan]
+
+
+def _run_serially(specs: list[par.RunSpec], by_key: dict[str, PlannedRun], bar: Any) -> Any:
+    """Yield (spec, status, reason) running each spec in this process, on the planned objects."""
+    for spec in specs:
+        run = by_key[spec.key.filename]
+        bar.set_postfix_str(f"{spec.key.problem} / {spec.key.method} / seed {spec.key.seed}")
+        status, reason = par.run_spec(spec, run.problem, run.method)
+        yield spec, status, reason
 
 
 def earlier_records(args: argparse.Namespace, device: torch.device, plan: list[PlannedRun]) -> list[dict]:

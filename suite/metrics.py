@@ -102,22 +102,15 @@ def cross_entropy(log_q: Tensor) -> Estimate:
     any value is ``-inf`` (q puts no mass where pi does) the cross-entropy is
     ``inf`` and its standard error undefined.
     """
-    log_q = log_q.detach().to(torch.float64).flatten()
-    n = log_q.numel()
-    if n < 2:
-        raise ValueError("cross-entropy needs at least two draws")
-    if bool(torch.isnan(log_q).any()):
-        return Estimate(math.nan, None)
-    if not bool(torch.isfinite(log_q).all()):
-        return Estimate(math.inf, None)
-    return Estimate(float(-log_q.mean()), float(log_q.std(unbiased=True) / math.sqrt(n)))
+    return mean_estimate(-log_q.detach())
 
 
 def mean_estimate(values: Tensor) -> Estimate:
-    """Mean of independent draws with standard error sd / sqrt(n); ``inf`` (no SE) if any value is +inf.
+    """Mean of independent draws with standard error sd / sqrt(n); ``inf`` (no SE) if any value is infinite.
 
-    Used for the negative ELBO, ``mean(log q - log pi~)`` over fresh draws of q: a draw where the
-    target's density underflows to zero makes the estimate infinite, never silently dropped.
+    Used for the cross-entropy (``-log q`` at gold-standard draws) and the negative ELBO
+    (``log q - log pi~`` at fresh draws of q): a draw where a density underflows to zero makes the
+    estimate infinite, never silently dropped. Any non-finite value that is not NaN gives ``inf``.
     """
     values = values.detach().to(torch.float64).flatten()
     n = values.numel()

@@ -61,8 +61,14 @@ def plot_model_probs(problem: str, records: list[dict[str, Any]], path: Path) ->
         ax.set_xlabel("true model probability")
         ax.set_ylabel("estimated (zeros drawn at the floor)")
     ax.set_title(f"{problem}: model probabilities (mean ± se over seeds)")
-    ax.legend(fontsize=8)
+    return save_figure(fig, ax, path)
+
+
+def save_figure(fig: Any, ax: Any, path: Path) -> Path:
+    """Add the legend, lay out, write ``path`` (creating its folder) at the suite's resolution, close the figure."""
+    ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -1,6 +1,7 @@
 """run_all.py end to end: listing, refusing bad input before any work, resuming after a kill."""
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -128,7 +129,8 @@ def test_run_keys_change_with_the_profile_preset(tmp_path: Path, monkeypatch: py
     assert before.filename != after.filename
 
 
-def test_killed_run_resumes_without_losing_or_duplicating_records(tmp_path: Path) -> None:
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_killed_run_resumes_without_losing_or_duplicating_records(tmp_path: Path, jobs: str) -> None:
     cmd = [
         sys.executable,
         "run_all.py",
@@ -145,6 +147,8 @@ def test_killed_run_resumes_without_losing_or_duplicating_records(tmp_path: Path
         "--no-progress",
         "--eval-draws",
         "500",
+        "--jobs",
+        jobs,
     ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -163,3 +167,19 @@ def test_killed_run_resumes_without_losing_or_duplicating_records(tmp_path: Path
     after = {p.name: p.read_bytes() for p in records.glob("*.json")}
     assert len(after) == 8 and not list(records.glob(".*"))  # all runs, no duplicates, no temporaries
     assert all(after[name] == data for name, data in before.items())  # finished records untouched
+
+
+def test_parallel_runs_match_serial_runs(tmp_path: Path) -> None:
+    """Worker processes rebuild each run from names and options: same seeds, same numbers as one at a time."""
+    common = ["--problems", "sas", "--methods", "rjmcmc-baseline,mf", "--profile", "smoke", "--seeds", "2"]
+    common += ["--no-progress", "--eval-draws", "300"]
+    for jobs in ("1", "2"):
+        assert main([*common, "--out", str(tmp_path / jobs), "--jobs", jobs]) == 0
+    serial = {p.name: json.loads(p.read_text()) for p in (tmp_path / "1" / "records").glob("*.json")}
+    parallel = {p.name: json.loads(p.read_text()) for p in (tmp_path / "2" / "records").glob("*.json")}
+    assert serial.keys() == parallel.keys() and len(serial) == 4
+    for name, record in serial.items():
+        assert record["parallel"] == {"jobs": 1, "threads_per_job": record["environment"]["torch_threads"]}
+        assert parallel[name]["parallel"]["jobs"] == 2 and parallel[name]["environment"]["torch_threads"] == 1
+        for metric in ("model_prob_tv", "cross_entropy"):
+            assert parallel[name]["metrics"][metric]["value"] == pytest.approx(record["metrics"][metric]["value"])

@@ -185,17 +185,17 @@ class ModelInformedFlow(VariationalFamily):
         self.hidden, self.translation, self.conditioning = hidden, translation, conditioning
         self.prior_inputs = prior_inputs and prior_fn is not None
         self.num_nets = 3 if translation else 2  # m, log s, (t)
-        width = 4 * d  # [conditioning vector, f, log g, eps]
+        # Inputs of coordinate i's networks: [conditioning vector (D), f_i, log g_i (with prior inputs),
+        # eps (D; the translation net of z-conditioning only)]: no block that every network ignores.
+        self.eps_block = translation and conditioning == "z"
+        width = d + (2 if self.prior_inputs else 0) + (d if self.eps_block else 0)
         # mask[k, i, :] = the inputs of network k for coordinate i.
         mask = torch.zeros(self.num_nets, d, width, dtype=torch.bool)
-        strict = torch.tril(torch.ones(d, d, dtype=torch.bool), -1)
-        eye = torch.eye(d, dtype=torch.bool)
-        mask[:, :, :d] = strict
+        mask[:, :, :d] = torch.tril(torch.ones(d, d, dtype=torch.bool), -1)
         if self.prior_inputs:
-            mask[:, :, d : 2 * d] = eye
-            mask[:, :, 2 * d : 3 * d] = eye
-        if translation and conditioning == "z":
-            mask[2, :, 3 * d :] = strict
+            mask[:, :, d : d + 2] = True
+        if self.eps_block:
+            mask[2, :, width - d :] = mask[2, :, :d]
         self.register_buffer("mask", mask)
         self.weight = _init(m, self.num_nets, d, width, dtype=dtype, generator=generator)
         self.bias = _init(m, self.num_nets, d, dtype=dtype, generator=generator)
@@ -209,18 +209,63 @@ class ModelInformedFlow(VariationalFamily):
                 if hidden > 0:
                     self.w1[..., :d] = 0.0
 
-    def _outputs(self, i: int, inputs: Tensor, models: Tensor | None) -> Tensor:
-        """Network outputs for coordinate i: [M', n, num_nets] from inputs [M', n, 4D]."""
-        weight = torch.where(self.mask[:, i], self._rows(self.weight[:, :, i], models), 0.0)  # [M', K, W]
-        out = torch.einsum("mkw,mnw->mnk", weight, inputs) + self._rows(self.bias[:, None, :, i], models)
+    @classmethod
+    def inverse_autoregressive(
+        cls, active: Tensor, *, hidden: int, dtype: torch.dtype, generator: torch.Generator
+    ) -> ModelInformedFlow:
+        """The IAF baseline: conditioned on eps_{<i}, no translation, no prior inputs."""
+        return cls(
+            active,
+            None,
+            hidden=hidden,
+            translation=False,
+            prior_inputs=False,
+            conditioning="eps",
+            dtype=dtype,
+            generator=generator,
+        )
+
+    def _outputs(self, inputs: Tensor, models: Tensor | None, i: int | None = None) -> Tensor:
+        """Network outputs [M', n, num_nets] for coordinate i, or [M', n, num_nets, D] for all (i None)."""
+        pick = slice(None) if i is None else i
+        weight = torch.where(self.mask[:, pick], self._rows(self.weight[:, :, pick], models), 0.0)
+        bias = self._rows(self.bias[:, :, pick], models)[:, None]
+        if i is None:
+            out = torch.einsum("mkdw,mnw->mnkd", weight, inputs) + bias
+        else:
+            out = torch.einsum("mkw,mnw->mnk", weight, inputs) + bias
         if self.hidden > 0:
-            w1 = torch.where(self.mask[None, :, i, None, :], self._rows(self.w1[:, :, i], models), 0.0)
-            pre = torch.einsum("mkhw,mnw->mnkh", w1, inputs) + self._rows(self.b1[:, None, :, i], models)
-            out = out + torch.einsum("mkh,mnkh->mnk", self._rows(self.w2[:, :, i], models), torch.relu(pre))
+            w1 = torch.where(self.mask[:, pick, None, :], self._rows(self.w1[:, :, pick], models), 0.0)
+            b1 = self._rows(self.b1[:, :, pick], models)[:, None]
+            w2 = self._rows(self.w2[:, :, pick], models)
+            if i is None:
+                hidden = torch.relu(torch.einsum("mkdhw,mnw->mnkdh", w1, inputs) + b1)
+                out = out + torch.einsum("mkdh,mnkdh->mnkd", w2, hidden)
+            else:
+                hidden = torch.relu(torch.einsum("mkhw,mnw->mnkh", w1, inputs) + b1)
+                out = out + torch.einsum("mkh,mnkh->mnk", w2, hidden)
         return out
+
+    @property
+    def one_pass(self) -> bool:
+        """Sampling needs no sequential loop: conditioners see eps_{<i} only (the IAF case)."""
+        return self.conditioning == "eps" and not self.prior_inputs
+
+    def _sample_one_pass(self, eps: Tensor, models: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+        """All coordinates at once when every conditioner input is known from eps."""
+        on = self._rows(self.active, models)
+        eps = torch.where(on[:, None, :], eps, 0.0)
+        out = self._outputs(eps, models)  # [M', n, K, D]: the conditioning vector is the only input block
+        loc, log_s = out[:, :, 0], out[:, :, 1]
+        shift = out[:, :, 2] if self.translation else 0.0
+        z = torch.where(on[:, None, :], loc + torch.exp(log_s) * (eps - shift), 0.0)
+        return z, eps, torch.where(on[:, None, :], log_s, 0.0).sum(-1)
 
     def _run(self, eps: Tensor | None, z: Tensor | None, models: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
         """Coordinate by coordinate, fill whichever of (eps, z) is missing; returns z, eps, sum of log s."""
+        if z is None and self.one_pass:
+            assert eps is not None
+            return self._sample_one_pass(eps, models)
         given = eps if eps is not None else z
         assert given is not None
         rows, n, d = given.shape
@@ -229,11 +274,14 @@ class ModelInformedFlow(VariationalFamily):
         z_cur = torch.zeros_like(given) if z is None else torch.where(active, z, 0.0)
         eps_cur = torch.zeros_like(given) if eps is None else torch.where(active, eps, 0.0)
         log_s_sum = torch.zeros(rows, n, dtype=given.dtype, device=given.device)
-        zero = torch.zeros_like(given)
         for i in range(d):
-            f, log_g = self._prior(z_cur, models) if self.prior_inputs else (zero, zero)
-            condition = z_cur if self.conditioning == "z" else eps_cur
-            out = self._outputs(i, torch.cat([condition, f, log_g, eps_cur], dim=-1), models)
+            parts = [z_cur if self.conditioning == "z" else eps_cur]
+            if self.prior_inputs:
+                f, log_g = self._prior(z_cur, models)
+                parts += [f[..., i : i + 1], log_g[..., i : i + 1]]
+            if self.eps_block:
+                parts.append(eps_cur)
+            out = self._outputs(torch.cat(parts, dim=-1), models, i)
             loc, log_s = out[..., 0], out[..., 1]
             shift = out[..., 2] if self.translation else 0.0
             on_i = on[:, i, None]

@@ -52,8 +52,8 @@ _PROFILES: dict[str, dict[str, Any]] = {
         "clip_grad_norm": 10.0,
     },
     "quick": {
-        "num_iterations": 1500,
-        "batch_size": 64,
+        "num_iterations": 1000,
+        "batch_size": 256,
         "learning_rates": (1e-2,),
         "evidence_draws": 8192,
         "hidden": 16,
@@ -442,15 +442,8 @@ class IAF(_PerModelVI):
     def _family(
         self, problem: Problem, active: Tensor, prior_fn: Any, s: dict[str, Any], generator: torch.Generator
     ) -> VariationalFamily:
-        return ModelInformedFlow(
-            active,
-            None,
-            hidden=int(s["hidden"]),
-            translation=False,
-            prior_inputs=False,
-            conditioning="eps",
-            dtype=self.torch_dtype,
-            generator=generator,
+        return ModelInformedFlow.inverse_autoregressive(
+            active, hidden=int(s["hidden"]), dtype=self.torch_dtype, generator=generator
         )
 
 

@@ -73,6 +73,7 @@ from methods.trj.bbe import PairStatistics, bartolucci_model_probs
 from methods.trj.kernels import JumpRecord, saturated_jump, transport_jump
 from methods.trj.sampler import JumpChooser
 from methods.trj.transports import AffineTransport
+from suite.plots import save_figure
 from suite.problem import ExactTransport, Problem
 from suite.types import Draws
 
@@ -514,12 +515,7 @@ def plot_violins(
     ax.set_xlim(0.4, len(names) + 0.6)
     ax.set_ylabel(f"estimate of {label}")
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8, loc="best")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, ax, path)
 
 
 def _running_of(item: Any) -> tuple[dict[str, list], str | None]:
@@ -571,12 +567,7 @@ def plot_running_estimates(
     model_label = model_label or f"P(model {model})"
     ax.set_ylabel(f"running estimate of {model_label}")
     ax.set_title(title or f"running bridge estimates of {model_label}", fontsize=10)
-    ax.legend(fontsize=8, loc="best")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, ax, path)
 
 
 # --------------------------------------------------------------------------- running estimates (Figs. 3-4)

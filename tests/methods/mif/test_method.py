@@ -10,13 +10,15 @@ from suite.runner import negative_elbo
 CPU = torch.device("cpu")
 
 
-@pytest.mark.parametrize("name", ["fr", "mif"])
-def test_importance_sampled_evidence_recovers_sas(name: str) -> None:
-    """sas has exact model probabilities 1/4, 3/4; the IS weights' own standard error bounds the error."""
-    iterations = {"fr": 300, "mif": 1500}[name]  # IS needs q's tails to cover pi's: the flow needs a real fit
-    method = make_method(
-        name, num_iterations=iterations, batch_size=64, evidence_draws=20_000, hidden=8, progress=False
-    )
+def test_importance_sampled_evidence_recovers_sas() -> None:
+    """sas has exact model probabilities 1/4, 3/4; the IS weights' own standard error bounds the error.
+
+    Only FR: a one-layer MIF or IAF is Gaussian in the first coordinate too, but its fit of the 2-D model
+    leaves lighter tails than pi's there, and over seeds 0-3 its P(k=1) ranged 0.26-0.33 with standard
+    errors that understate the error (the README says so). MIF's evidence is checked on the funnel.
+    """
+    name = "fr"
+    method = make_method(name, num_iterations=300, batch_size=64, evidence_draws=20_000, progress=False)
     result = method.run(make_problem("sas"), Budget("smoke", num_draws=512), 0, CPU)
     assert result.status == "ok"
     probs, se = result.model_probs.prob, result.model_probs.se
@@ -24,8 +26,6 @@ def test_importance_sampled_evidence_recovers_sas(name: str) -> None:
     # 5 standard errors of the estimate plus a floor for the delta method's approximation.
     assert abs(float(probs[0]) - 0.25) < 5 * float(se[0]) + 0.005
     assert result.diagnostics["prior_inputs"] is False
-    if name == "mif":
-        assert "no prior location/scale" in result.diagnostics["prior_note"]
     assert len(result.draws) == 512 and set(result.draws.model_index.tolist()) <= {0, 1}
 
 
@@ -65,3 +65,44 @@ def test_mean_field_on_the_funnel_reaches_its_known_gap() -> None:
     result = method.run(problem, Budget("smoke"), 0, CPU)
     estimate = negative_elbo(problem, result, CPU, torch.float64, num_draws=20_000)
     assert estimate.value > 0 and abs(estimate.value - 1.86) < 0.1 + 5 * estimate.se
+
+
+def _quick_neg_elbo(name: str, problem_name: str, seed: int = 0) -> float:
+    """-ELBO (100,000 fresh draws) of a method at its quick-profile settings; checks its MC error is small.
+
+    Where q can match the target exactly (MIF, FR-VIP on the funnel), the importance-sampled log Z must
+    also agree with the truth within 4 of its standard errors (plus 0.005 for the delta method).
+    """
+    problem = make_problem(problem_name)
+    result = make_method(name, progress=False).run(problem, Budget("quick", num_draws=256), seed, CPU)
+    assert result.status == "ok", result.reason
+    estimate = negative_elbo(problem, result, CPU, torch.float64)
+    assert estimate.se is not None and estimate.se < 0.01
+    if problem_name == "funnel" and name in ("mif", "fr-vip"):
+        log_z, se = result.diagnostics["log_evidence"][0], result.diagnostics["log_evidence_se"][0]
+        assert abs(log_z - problem.log_evidence()) < 4 * se + 0.005
+    return estimate.value
+
+
+@pytest.mark.slow
+def test_quick_profile_orders_the_families_on_the_funnel() -> None:
+    """Issue 6: MF > FR > FR-VIP >= MIF on the funnel. MF and FR share one optimum (1.86, the paper's tie),
+    so between them only a tie within 0.03 nats is asserted; the others are separated by more than 10 SEs."""
+    values = {name: _quick_neg_elbo(name, "funnel") for name in ("mf", "fr", "fr-vip", "mif")}
+    assert abs(values["mf"] - 1.86) < 0.03 and abs(values["fr"] - 1.86) < 0.03
+    assert values["fr"] - values["fr-vip"] > 1.5
+    assert values["fr-vip"] >= values["mif"] >= 0.0
+    assert values["mif"] < 0.1  # the paper's bar: within 0.1 of its 0.00
+
+
+@pytest.mark.slow
+def test_quick_mif_on_eight_schools_is_within_the_papers_bar() -> None:
+    """Issue 6: MIF within 0.1 nats of the paper's 31.78, and above the exact -log Z = 31.26 (no q can go below)."""
+    value = _quick_neg_elbo("mif", "eight-schools")
+    assert -make_problem("eight-schools").log_evidence() < value < 31.78 + 0.1
+
+
+def test_mif_says_when_a_problem_gives_no_prior_functions() -> None:
+    result = make_method("mif", progress=False).run(make_problem("sas"), Budget("smoke", num_draws=64), 0, CPU)
+    assert result.status == "ok" and result.diagnostics["prior_inputs"] is False
+    assert "no prior location/scale" in result.diagnostics["prior_note"]
