@@ -27,7 +27,8 @@ import torch
 
 from suite import records as rec
 from suite.harness import tune_allocator
-from suite.method import Budget
+from suite.method import Budget, Method
+from suite.problem import Problem
 from suite.registry import load_all, make_method, make_problem
 from suite.runner import execute, gold_draws
 from suite.types import Draws
@@ -80,7 +81,7 @@ def _init_worker(threads: int) -> None:
     load_all()
 
 
-def run_spec(spec: RunSpec, problem: Any = None, method: Any = None) -> tuple[str, str | None]:
+def run_spec(spec: RunSpec, problem: Problem | None = None, method: Method | None = None) -> tuple[str, str | None]:
     """Execute one run and write its record; returns (status, reason). Rebuilds problem/method when not given."""
     problem = make_problem(spec.key.problem) if problem is None else problem
     method = make_method(spec.key.method, **spec.method_options) if method is None else method

@@ -227,24 +227,14 @@ class ModelInformedFlow(VariationalFamily):
 
     def _outputs(self, inputs: Tensor, models: Tensor | None, i: int | None = None) -> Tensor:
         """Network outputs [M', n, num_nets] for coordinate i, or [M', n, num_nets, D] for all (i None)."""
-        pick = slice(None) if i is None else i
+        pick = slice(None) if i is None else slice(i, i + 1)
         weight = torch.where(self.mask[:, pick], self._rows(self.weight[:, :, pick], models), 0.0)
-        bias = self._rows(self.bias[:, :, pick], models)[:, None]
-        if i is None:
-            out = torch.einsum("mkdw,mnw->mnkd", weight, inputs) + bias
-        else:
-            out = torch.einsum("mkw,mnw->mnk", weight, inputs) + bias
+        out = torch.einsum("mkdw,mnw->mnkd", weight, inputs) + self._rows(self.bias[:, :, pick], models)[:, None]
         if self.hidden > 0:
             w1 = torch.where(self.mask[:, pick, None, :], self._rows(self.w1[:, :, pick], models), 0.0)
-            b1 = self._rows(self.b1[:, :, pick], models)[:, None]
-            w2 = self._rows(self.w2[:, :, pick], models)
-            if i is None:
-                hidden = torch.relu(torch.einsum("mkdhw,mnw->mnkdh", w1, inputs) + b1)
-                out = out + torch.einsum("mkdh,mnkdh->mnkd", w2, hidden)
-            else:
-                hidden = torch.relu(torch.einsum("mkhw,mnw->mnkh", w1, inputs) + b1)
-                out = out + torch.einsum("mkh,mnkh->mnk", w2, hidden)
-        return out
+            pre = torch.einsum("mkdhw,mnw->mnkdh", w1, inputs) + self._rows(self.b1[:, :, pick], models)[:, None]
+            out = out + torch.einsum("mkdh,mnkdh->mnkd", self._rows(self.w2[:, :, pick], models), torch.relu(pre))
+        return out if i is None else out.squeeze(-1)
 
     @property
     def one_pass(self) -> bool:
