@@ -129,6 +129,18 @@ def test_run_keys_change_with_the_profile_preset(tmp_path: Path, monkeypatch: py
     assert before.filename != after.filename
 
 
+def _settled_records(records: Path, quiet_for: float = 1.0) -> dict[str, bytes]:
+    """The records once none has appeared for `quiet_for` seconds (a killed worker may still be mid-rename)."""
+    seen, since = None, time.time()
+    while True:
+        now = {p.name: p.read_bytes() for p in records.glob("*.json")}
+        if now.keys() != (seen or {}).keys():
+            seen, since = now, time.time()
+        elif time.time() - since >= quiet_for:
+            return now
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_killed_run_resumes_without_losing_or_duplicating_records(tmp_path: Path, jobs: str) -> None:
     cmd = [
@@ -151,14 +163,17 @@ def test_killed_run_resumes_without_losing_or_duplicating_records(tmp_path: Path
         jobs,
     ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # A session of its own, so that one kill reaches the parent and its workers at the same moment.
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     records = tmp_path / "records"
     deadline = time.time() + 120
     while time.time() < deadline and len(list(records.glob("*.json"))) < 2:
         time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
+    os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    before = {p.name: p.read_bytes() for p in records.glob("*.json")}
+    before = _settled_records(records)
     assert 2 <= len(before) < 8, "the kill must land mid-run"
 
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
