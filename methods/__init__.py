@@ -1,6 +1,7 @@
 """Built-in methods; importing this package registers them."""
 
 from methods import rjmcmc  # noqa: F401  (registers "rjmcmc-baseline", "rjmcmc-naive")
+from methods.dagma import method as _dagma  # noqa: F401  (registers "dagma")
 from methods.mif import method as _mif  # noqa: F401  (registers "mif", "iaf", "fr-vip", "fr", "mf")
 from methods.trj import method as _trj  # noqa: F401  (registers "trj", "ctrj")
 from methods.vti import method as _vti  # noqa: F401  (registers "vti-surrogate", "vti-mcg")

@@ -5,6 +5,7 @@ from problems import (  # noqa: F401  (each registers its problems)
     eight_schools,
     factor_analysis,
     funnel,
+    gmm_2d,
     linear_dag,
     robust_vs,
     sas,

@@ -18,6 +18,7 @@ from suite import parallel as par
 from suite import records as rec
 from suite.harness import DEVICE_CHOICES, resolve_device, tune_allocator
 from suite.leaderboard import (
+    NOT_APPLICABLE,
     format_for_terminal,
     format_reported_comparison,
     reported_comparison,
@@ -26,7 +27,15 @@ from suite.leaderboard import (
 from suite.method import DTYPES, PROFILES, Budget, Method
 from suite.plots import plot_model_probs
 from suite.problem import Problem
-from suite.registry import available_methods, available_problems, make_method, make_problem, method_class
+from suite.registry import (
+    available_methods,
+    available_problems,
+    make_method,
+    make_problem,
+    method_class,
+    problem_class,
+)
+from suite.sweeps import format_sweep, plot_sweep, sweep_tables
 
 #: Gold-standard draws per problem used for cross-entropy, by profile.
 EVAL_DRAWS = {"smoke": 2_000, "quick": 10_000, "paper": 100_000}
@@ -44,6 +53,31 @@ class PlannedRun:
     key: rec.RunKey
     problem: Problem
     method: Method
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A problem that cannot run here (``method`` None) or a method that does not apply to a problem, and why."""
+
+    problem: str
+    method: str | None
+    reason: str
+
+    def __str__(self) -> str:
+        if self.method is None:
+            return f"problem {self.problem} is unavailable: {self.reason}"
+        return f"{self.method} does not apply to {self.problem}: {self.reason}"
+
+    def as_record(self) -> dict[str, Any]:
+        """A leaderboard row saying "not applicable" with the reason (never written as a run record)."""
+        return {
+            "problem": self.problem,
+            "method": self.method,
+            "seed": None,
+            "status": NOT_APPLICABLE,
+            "reason": self.reason,
+            "metrics": {},
+        }
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -144,16 +178,23 @@ def print_registry() -> None:
         print(f"  {name:<{width}}  {text}")
 
 
-def plan_runs(args: argparse.Namespace, device: torch.device) -> tuple[list[PlannedRun], list[str]]:
-    """Every (problem, method, seed) to run, and notes on combinations left out."""
+def plan_runs(args: argparse.Namespace, device: torch.device) -> tuple[list[PlannedRun], list[Skipped]]:
+    """Every (problem, method, seed) to run, and the combinations left out with the reason.
+
+    ``--problems all`` takes the problems planned for the profile (a problem's ``profiles``; e.g. the 100-component
+    mixture only in ``paper``); a problem named explicitly runs in any profile.
+    """
     problems = _parse_names(args.problems, available_problems(), "problem")
+    if args.problems.strip() == "all":
+        problems = [name for name in problems if args.profile in problem_class(name).profiles]
     methods = _parse_names(args.methods, available_methods(), "method")
-    plan, notes = [], []
+    plan: list[PlannedRun] = []
+    notes: list[Skipped] = []
     for problem_name in problems:
         problem = make_problem(problem_name)
         reason = problem.unavailable_reason()
         if reason:
-            notes.append(f"problem {problem_name} is unavailable: {reason}")
+            notes.append(Skipped(problem_name, None, reason))
             continue
         for method_name in methods:
             method = make_method(method_name, **{"dtype": args.dtype, **args.method_options.get(method_name, {})})
@@ -163,7 +204,7 @@ def plan_runs(args: argparse.Namespace, device: torch.device) -> tuple[list[Plan
                 raise UsageError(f"{method_name} on {problem_name}: {exc}") from None
             why_not = method.supports(problem)
             if why_not:
-                notes.append(f"{method_name} does not apply to {problem_name}: {why_not}")
+                notes.append(Skipped(problem_name, method_name, why_not))
                 continue
             if hasattr(method, "progress"):
                 method.progress = not args.no_progress
@@ -283,6 +324,14 @@ def report(records: list[dict], out: Path) -> None:
         png = plot_model_probs(problem, records, out / f"leaderboard_{problem}.png")
         if png:
             print(f"   plot: {png}")
+    for name, table in sweep_tables(records).items():
+        print()
+        print(format_sweep(name, table))
+        slug = "".join(c if c.isalnum() else "-" for c in name.split(" (")[0]).strip("-")
+        table.to_csv(out / f"sweep_{slug}.csv", index=False)
+        png = plot_sweep(name, table, out / f"sweep_{slug}.png")
+        if png:
+            print(f"   plot: {png}")
     comparison = format_reported_comparison(reported_comparison(records))
     if comparison:
         (out / "reported_comparison.md").write_text("# Negative ELBO against the source papers\n\n" + comparison)
@@ -318,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         methods = sorted({record["method"] for record in earlier})
         runs = f"{len(earlier)} earlier run{'s' if len(earlier) != 1 else ''}"
         print(f"\nThe leaderboards also show {runs} in {args.out} with the same settings: {', '.join(methods)}")
-    report(records + earlier, args.out)
+    not_applicable = [note.as_record() for note in notes if note.method is not None]
+    report(records + earlier + not_applicable, args.out)
     print(f"Total time {time.perf_counter() - start:.1f} s")
     return 0

@@ -15,6 +15,8 @@ LONG_COLUMNS = ["problem", "method", "seed", "config_hash", "metric", "value", "
 #: Column order of the summary tables (metrics absent for a problem are dropped).
 METRIC_ORDER = ["neg_elbo", "model_prob_tv", "model_prob_kl", "model_prob_max_abs", "cross_entropy", "walltime_s"]
 LEGEND = "mean ± standard error over seeds; (MC ± x): the metric's own Monte Carlo error (gold draws / reference)"
+#: Status of a leaderboard row for a method that does not apply to a problem (no run, the reason shown).
+NOT_APPLICABLE = "not_applicable"
 
 
 def long_table(records: list[dict[str, Any]]) -> pd.DataFrame:
@@ -67,7 +69,7 @@ def summary_table(long: pd.DataFrame, problem: str) -> pd.DataFrame:
     out = []
     for method, group in sub.groupby("method", sort=True):
         ok = group[group["status"] == "ok"]
-        failed = group[group["status"] != "ok"]
+        failed = group[~group["status"].isin(["ok", NOT_APPLICABLE])]
         row: dict[str, Any] = {
             "method": method,
             "runs": int(group["seed"].nunique()),
@@ -80,14 +82,29 @@ def summary_table(long: pd.DataFrame, problem: str) -> pd.DataFrame:
                 row[f"{metric}_mc_se"] = float(values["se"].mean())
         reasons = sorted(set(failed["reason"].dropna()))
         row["failure_reasons"] = "; ".join(reasons)
+        row["not_applicable"] = "; ".join(sorted(set(group.loc[group["status"] == NOT_APPLICABLE, "reason"].dropna())))
         out.append(row)
     table = pd.DataFrame(out)
     if table.empty:
         return table
     key = main_metric(problem)
     if key in table:
-        table = table.sort_values(key, na_position="last", kind="stable")
+        table = table.sort_values(
+            key, ascending=key not in higher_is_better(problem), na_position="last", kind="stable"
+        )
     return table.reset_index(drop=True)
+
+
+def higher_is_better(problem: str) -> frozenset[str]:
+    """The metrics of a problem's leaderboard where higher is better (all others: lower is better)."""
+    try:
+        return problem_class(problem).higher_is_better
+    except KeyError:
+        return frozenset()
+
+
+def _direction(problem: str) -> str:
+    return "higher" if main_metric(problem) in higher_is_better(problem) else "lower"
 
 
 def _fmt(mean: float, se: float, mc_se: float = math.nan) -> str:
@@ -114,6 +131,8 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
         shown[metric] = [_fmt(m, s, e) for m, s, e in zip(table[metric], table[f"{metric}_se"], mc, strict=True)]
     if table["failure_reasons"].str.len().gt(0).any():
         shown["failure_reasons"] = table["failure_reasons"]
+    if "not_applicable" in table and table["not_applicable"].str.len().gt(0).any():
+        shown["not_applicable"] = table["not_applicable"]
     return shown
 
 
@@ -136,14 +155,15 @@ def write_leaderboards(records: list[dict[str, Any]], out: Path) -> dict[str, pd
         table = summary_table(long, problem)
         tables[problem] = table
         table.to_csv(out / f"leaderboard_{problem}.csv", index=False)
-        title = f"# Leaderboard: {problem}\n\nSorted by `{main_metric(problem)}` (lower is better). {LEGEND}\n\n"
+        title = f"# Leaderboard: {problem}\n\nSorted by `{main_metric(problem)}` ({_direction(problem)} is better). "
+        title += f"{LEGEND}\n\n"
         (out / f"leaderboard_{problem}.md").write_text(title + to_markdown(display_table(table)))
     return tables
 
 
 def format_for_terminal(problem: str, table: pd.DataFrame) -> str:
     """A plain-text rendering of one problem's leaderboard."""
-    header = f"== {problem}  (sorted by {main_metric(problem)}; {LEGEND})"
+    header = f"== {problem}  (sorted by {main_metric(problem)}, {_direction(problem)} is better; {LEGEND})"
     return header + "\n" + display_table(table).to_string(index=False)
 
 

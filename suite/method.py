@@ -52,6 +52,9 @@ class Result:
     the method has no density. ``sample_q`` draws afresh from that same
     density (variational methods); with it the suite measures the negative
     ELBO. ``timings`` maps phase names (setup, train, sample) to seconds.
+    ``metrics_scope="task"`` marks a point estimate (e.g. one graph from an
+    optimiser): it is scored only on the problem's own task metrics, never
+    on model-probability errors against a posterior.
     """
 
     status: Literal["ok", "failed"] = "ok"
@@ -65,6 +68,7 @@ class Result:
     device: str = "cpu"
     dtype: str = "float64"
     peak_memory_bytes: int | None = None
+    metrics_scope: Literal["all", "task"] = "all"
 
     @classmethod
     def failed(cls, reason: str, **kwargs: Any) -> Result:

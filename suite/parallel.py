@@ -88,7 +88,8 @@ def run_spec(spec: RunSpec, problem: Problem | None = None, method: Method | Non
     if spec.key.problem not in _GOLD:
         _GOLD[spec.key.problem] = gold_draws(problem, spec.eval_draws)
     device = torch.device(spec.device)
-    record = execute(problem, method, spec.budget, spec.key.seed, device, _GOLD[spec.key.problem])
+    plot_path = Path(spec.out) / "plots" / f"{Path(spec.key.filename).stem}.png"
+    record = execute(problem, method, spec.budget, spec.key.seed, device, _GOLD[spec.key.problem], plot_path)
     record["config_hash"] = spec.key.config_hash
     record["run_config"] = spec.key.config
     record["parallel"] = {"jobs": spec.jobs, "threads_per_job": spec.threads}

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
 
 from suite.backend import TORCH
+from suite.metrics import Estimate
 from suite.model_space import ModelSpace
 from suite.types import Draws, ModelProbs
 
@@ -153,6 +155,25 @@ class Problem(ABC):
 
             self._stored_reference = store.load(self)
         return self._stored_reference
+
+    # ------------------------------------------------- optional: problem-specific scores and pictures
+    #: Problem-specific metrics (from :meth:`task_metrics`) where higher is better (e.g. an F1 score).
+    higher_is_better: ClassVar[frozenset[str]] = frozenset()
+    #: Profiles in which ``run_all.py --problems all`` plans this problem (naming it runs it in any profile).
+    profiles: ClassVar[tuple[str, ...]] = ("smoke", "quick", "paper")
+    #: (sweep name, x) when this problem is one point of a sweep reported across problems (``suite.sweeps``).
+    sweep: ClassVar[tuple[str, int] | None] = None
+
+    def task_metrics(self, model_probs: ModelProbs | None, draws: Draws | None) -> dict[str, Estimate]:
+        """Scores of a result that only this problem defines (DAG edge F1, q(k) at the true k, ...); none by default.
+
+        ``model_probs`` and ``draws`` are the method's reported q(m) and posterior draws (either may be None).
+        """
+        return {}
+
+    def plot_result(self, model_probs: ModelProbs | None, draws: Draws | None, path: Path) -> Path | None:
+        """Save a picture of one result to ``path`` (e.g. a posterior predictive density); None if there is none."""
+        return None
 
     # ------------------------------------------------------------------ helpers
     @property

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import time
 import traceback
+import warnings
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -47,13 +49,15 @@ def evaluate(
 ) -> dict[str, metrics.Estimate]:
     """Metrics of a finished result against the problem's ground truth."""
     out: dict[str, metrics.Estimate] = {}
-    truth = problem.reference_model_probs()
-    if truth is not None and result.model_probs is not None and problem.num_models != 1:
-        out.update(metrics.model_prob_metrics(truth, result.model_probs))
-    if draws is not None and result.log_density is not None:
-        out["cross_entropy"] = metrics.cross_entropy(_log_density_on(result, draws, device, dtype))
-    if result.sample_q is not None and result.log_density is not None:
-        out["neg_elbo"] = negative_elbo(problem, result, device, dtype)
+    if result.metrics_scope == "all":
+        truth = problem.reference_model_probs()
+        if truth is not None and result.model_probs is not None and problem.num_models != 1:
+            out.update(metrics.model_prob_metrics(truth, result.model_probs))
+        if draws is not None and result.log_density is not None:
+            out["cross_entropy"] = metrics.cross_entropy(_log_density_on(result, draws, device, dtype))
+        if result.sample_q is not None and result.log_density is not None:
+            out["neg_elbo"] = negative_elbo(problem, result, device, dtype)
+    out.update(problem.task_metrics(result.model_probs, result.draws))
     return out
 
 
@@ -111,11 +115,18 @@ def _jsonable(value: Any) -> Any:
 
 
 def execute(
-    problem: Problem, method: Method, budget: Budget, seed: int, device: torch.device, draws: Draws | None = None
+    problem: Problem,
+    method: Method,
+    budget: Budget,
+    seed: int,
+    device: torch.device,
+    draws: Draws | None = None,
+    plot_path: Path | None = None,
 ) -> dict[str, Any]:
     """Run ``method`` on ``problem`` once and return its record (never raises for method errors).
 
-    ``draws`` are the gold-standard draws for cross-entropy (see :func:`gold_draws`).
+    ``draws`` are the gold-standard draws for cross-entropy (see :func:`gold_draws`); with ``plot_path``
+    the problem's own picture of the result (:meth:`Problem.plot_result`), if it draws one, is saved there.
     """
     started = datetime.now(UTC).isoformat()
     settings = method.settings(problem, budget)
@@ -139,6 +150,13 @@ def execute(
         except Exception as exc:
             error_trace = traceback.format_exc()
             result.status, result.reason = "failed", f"evaluation failed: {type(exc).__name__}: {exc}"
+    plot = None
+    if result.status == "ok" and plot_path is not None:
+        try:
+            plot_path.parent.mkdir(parents=True, exist_ok=True)
+            plot = problem.plot_result(result.model_probs, result.draws, plot_path)
+        except Exception as exc:  # a picture that cannot be drawn must not cost the run its record
+            warnings.warn(f"{problem.name} / {method.name}: plot_result failed: {exc}", stacklevel=2)
     timings = {**result.timings, **timer.timings, "method_total": method_wall}
     scores["walltime_s"] = metrics.Estimate(method_wall)
 
@@ -157,6 +175,8 @@ def execute(
         "traceback": error_trace,
         "metrics": {k: {"value": v.value, "se": v.se} for k, v in scores.items()},
         "model_probs": _model_table(problem, result.model_probs),
+        "metrics_scope": result.metrics_scope,
+        "plot": None if plot is None else str(plot),
         "timings_s": timings,
         "peak_memory_bytes": memory.peak_bytes,
         "peak_memory_kind": memory.kind,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from suite.cli import _seeds_for, _validate, build_parser, main, plan_runs
-from suite.registry import available_methods, make_method
+from suite.registry import available_methods, make_method, make_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,7 +28,7 @@ def test_list_shows_everything_registered(capsys: pytest.CaptureFixture) -> None
     [
         (
             ["--methods", "nope"],
-            "unknown method(s) 'nope'; valid methods: ctrj, fr, fr-vip, iaf, mf, mif, rjmcmc-baseline",
+            "unknown method(s) 'nope'; valid methods: ctrj, dagma, fr, fr-vip, iaf, mf, mif, rjmcmc-baseline",
         ),
         (["--problems", "sas,nope"], "unknown problem(s) 'nope'; valid problems: block-vs, "),
         (["--seeds", "0"], "--seeds must be a positive integer"),
@@ -37,7 +37,7 @@ def test_list_shows_everything_registered(capsys: pytest.CaptureFixture) -> None
         (["--option", "vti-mcg"], "expected METHOD.NAME=VALUE"),
         (
             ["--option", "nope.flow=x"],
-            "unknown method 'nope'; valid methods: ctrj, fr, fr-vip, iaf, mf, mif, rjmcmc-baseline",
+            "unknown method 'nope'; valid methods: ctrj, dagma, fr, fr-vip, iaf, mf, mif, rjmcmc-baseline",
         ),
         (["--option", "vti-mcg.flwo=x"], "vti-mcg has no option 'flwo'; valid: "),
         (["--option", "vti-surrogate.flow=nope(1)"], "vti-surrogate on block-vs: unknown flow type 'nope(1)'"),
@@ -80,9 +80,15 @@ def test_smoke_run_writes_records_and_leaderboard(tmp_path: Path, capsys: pytest
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "== sas" in out and "rjmcmc-baseline" in out
-    expected = 2 * len(available_methods())  # every method x 2 seeds (--seeds overrides methods' defaults)
+    sas = make_problem("sas")
+    applicable = [name for name in available_methods() if make_method(name).supports(sas) is None]
+    expected = 2 * len(applicable)  # every applicable method x 2 seeds (--seeds overrides methods' defaults)
     assert len(list(tmp_path.glob("records/*.json"))) == expected
     assert (tmp_path / "leaderboard_sas.md").exists() and (tmp_path / "leaderboard_sas.png").exists()
+    # Methods that do not apply get a leaderboard row saying so, with the reason, and no record.
+    board = (tmp_path / "leaderboard_sas.md").read_text()
+    for name in set(available_methods()) - set(applicable):
+        assert f"| {name} | 0 | 0 |" in board and make_method(name).supports(sas) in board
     assert main(argv) == 0
     assert f"{expected} of {expected} runs already have records" in capsys.readouterr().out
 

@@ -155,12 +155,17 @@ def _log_model_prior_table(problem: Problem, device: torch.device) -> Tensor | N
 def _posterior_model_probs(
     problem: Problem, sampler: ModelSampler, generator: torch.Generator
 ) -> tuple[ModelProbs, Tensor | None]:
-    """q(m) over all models when enumerable, else the frequencies of 2^16 draws (and no dense table)."""
-    if problem.num_models is not None:
+    """q(m) over all models when the sampler can enumerate them, else q(m) of the distinct models in 2^16 draws.
+
+    In the second case the listed probabilities are exact values of q at those models (not draw frequencies);
+    the models q never drew carry the rest of its mass, and no dense table is kept.
+    """
+    if problem.num_models is not None and sampler.can_enumerate:
         log_q = sampler.posterior_log_probs().to(torch.float64)
         return ModelProbs.from_dense(log_q.exp()), log_q
     model_index, _ = sampler.sample(2**16, generator)
-    return ModelProbs.from_indices(model_index), None
+    distinct = torch.unique(model_index)
+    return ModelProbs(distinct.cpu(), sampler.log_prob(distinct).to("cpu", torch.float64).exp()), None
 
 
 def _draw(

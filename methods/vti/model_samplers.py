@@ -106,6 +106,11 @@ class ModelSampler(nn.Module, ABC):
         """Diagnostics of the latest update."""
         return dict(self.last_diagnostics)
 
+    @property
+    def can_enumerate(self) -> bool:
+        """Whether :meth:`posterior_log_probs` can list q(m) for every model."""
+        return True
+
     def model_probs(self) -> ModelProbs:
         """The posterior q(m) of every model, as ModelProbs."""
         return ModelProbs.from_dense(self.posterior_log_probs().exp())
@@ -650,6 +655,11 @@ class MADEBinarySampler(ScoreFunctionSampler):
             log_q += torch.where(bit > 0, F.logsigmoid(logit), F.logsigmoid(-logit))
         shifts = torch.arange(self.num_bits, device=self.device)
         return (bits.to(torch.int64) << shifts).sum(-1), log_q
+
+    @property
+    def can_enumerate(self) -> bool:
+        """Up to 2^20 bit strings (one MADE pass per chunk of 2^16)."""
+        return self.num_bits <= MAX_ENUMERATED_BITS
 
     def posterior_log_probs(self) -> Tensor:
         """log q(m) of all 2^L strings, [M] float64; only for L <= 20."""

@@ -29,6 +29,9 @@ import torch
 from torch import Tensor
 
 from problems.linear_dag.dag_space import DAGSpace
+from suite.dag import graph_task_metrics
+from suite.dag_metrics import HIGHER_IS_BETTER
+from suite.metrics import Estimate
 from suite.problem import Problem
 from suite.registry import register_problem
 from suite.tensor_ops import DeviceCache
@@ -64,6 +67,7 @@ class LinearDAG(Problem):
     """Linear-Gaussian DAG (d <= 5) with a conjugate prior per node: exact evidence and posterior for every DAG."""
 
     main_metric: ClassVar[str] = "model_prob_tv"
+    higher_is_better: ClassVar[frozenset[str]] = HIGHER_IS_BETTER
 
     def __init__(
         self,
@@ -155,6 +159,34 @@ class LinearDAG(Problem):
         """Exact log p(D | G) for every DAG, ``[K]``."""
         return self._log_joint_evidence - self._log_model_prior
 
+    # ------------------------------------------------------ suite.dag.DAGProblem
+    def adjacency(self, model_index: Tensor) -> Tensor:
+        """Bool adjacency matrices ``[B, d, d]`` of the models (``A[i, j]``: edge i -> j)."""
+        return self.model_space.adjacency(model_index)
+
+    def model_index_of(self, adjacency: Tensor) -> Tensor:
+        """int64 ``[B]``: the index of each DAG ``[B, d, d]``; ValueError naming the rows that are not DAGs."""
+        d = self.num_nodes
+        if adjacency.ndim != 3 or tuple(adjacency.shape[1:]) != (d, d):
+            raise ValueError(f"adjacency must have shape [B, {d}, {d}], got {tuple(adjacency.shape)}")
+        adjacency = adjacency.to(torch.bool)
+        device = adjacency.device
+        # A DAG's index is the rank of its edge-slot code (bit k = slot k) in the sorted table of DAG codes.
+        bits = adjacency.flatten(1)[:, self._slot_flat.to(device)].to(torch.int64)
+        codes = (bits << torch.arange(self.num_slots, device=device)).sum(-1)
+        table = self.model_space.codes.to(device)
+        pos = torch.searchsorted(table, codes).clamp_max(len(table) - 1)
+        bad = (table[pos] != codes) | adjacency.diagonal(dim1=1, dim2=2).any(-1)  # slots omit the diagonal
+        if bool(bad.any()):
+            rows = bad.nonzero().flatten().tolist()
+            shown = ", ".join(map(str, rows[:20])) + (f", ... ({len(rows)} in all)" if len(rows) > 20 else "")
+            raise ValueError(f"rows {shown} are not DAGs on {d} nodes (a directed cycle or a self-loop)")
+        return pos
+
+    def observations(self) -> Tensor:
+        """The simulated data, float64 ``[n, d]`` in node order (a copy)."""
+        return self.data.clone()
+
     # ------------------------------------------------------------------ contract
     def config(self) -> dict[str, Any]:
         """Constructor arguments."""
@@ -221,6 +253,10 @@ class LinearDAG(Problem):
         return torch.cat([weights, noise_var.log()], dim=-1)
 
     # --------------------------------------------------------------- ground truth
+    def task_metrics(self, model_probs: ModelProbs | None, draws: Draws | None) -> dict[str, Estimate]:
+        """Edge F1, SHD, E-SHD, Brier and AUROC against the true graph, and the Hamming MMD to the exact posterior."""
+        return graph_task_metrics(self, model_probs, draws, exact=self.reference_model_probs())
+
     def reference_model_probs(self) -> ModelProbs:
         """Exact posterior over all DAGs."""
         return ModelProbs.from_dense(self._model_probs)

@@ -67,6 +67,8 @@ C12 = 0.5 / LIK_SIGMA1**2 - C2
 GROUP = 4
 #: Spaces up to 2^16 models look masks and per-model constants up in tables.
 MAX_TABULATED_BITS = 16
+#: The cardinality sweep (number of candidate covariates) the registered instances belong to.
+SWEEP_NAME = "robust-vs cardinality (VTI App. E.1, Fig. 4)"
 
 
 @register_problem("robust-vs")
@@ -74,6 +76,8 @@ class RobustVS(Problem):
     """Misspecified robust variable selection of VTI sec. 5.1: 2^7 = 128 covariate subsets, mixture-noise likelihood."""
 
     main_metric: ClassVar[str] = "model_prob_tv"
+    #: The registered 7-covariate problem is the first point of VTI Fig. 4's cardinality sweep.
+    sweep: ClassVar[tuple[str, int] | None] = (SWEEP_NAME, 7)
     #: 128 models: NUTS for the 16 most probable only (the rest use SMC particles), shorter runs.
     reference_settings: ClassVar[dict] = {"nuts": {"num_warmup": 300, "num_samples": 300}, "max_nuts_models": 16}
 
@@ -220,3 +224,50 @@ class RobustVS(Problem):
             len(model_index), self.dim_max, generator=generator, dtype=torch.float64, device=generator.device
         )
         return torch.where(self.mask(model_index.to(generator.device)), z * self._prior_scale, 0.0)
+
+
+class _RobustVSSweep(RobustVS):
+    """robust-vs with more candidate covariates (VTI App. E.1's cardinality sweep), judged against RJMCMC.
+
+    The per-model SMC reference engine cannot visit 2^p models, so the gold
+    standard is a long vectorised ``rjmcmc-baseline`` run
+    (:mod:`suite.reference.rjmcmc_gold`): model probabilities of the visited
+    models with chain-group standard errors, and gold draws from its chains.
+    """
+
+    num_covariates: ClassVar[int]
+    reference_settings: ClassVar[dict] = {"evidence": "rjmcmc"}
+    profiles: ClassVar[tuple[str, ...]] = ("paper",)
+
+    def __init__(
+        self,
+        misspecification: str = "mid",
+        prior_scale: float = 1.5,
+        data_seed: int = 1000,
+        num_observations: int = 50,
+    ) -> None:
+        super().__init__(type(self).num_covariates, misspecification, prior_scale, data_seed, num_observations)
+
+
+def _register_sweep(num_covariates: int, profiles: tuple[str, ...] = ("paper",)) -> type[RobustVS]:
+    """Register ``robust-vs-p<num_covariates>`` (2^num_covariates models)."""
+    doc = (
+        f"Misspecified robust variable selection with {num_covariates} candidate covariates "
+        f"(2^{num_covariates} = {2**num_covariates:,} models), judged against a long RJMCMC run."
+    )
+    cls = type(
+        f"RobustVSP{num_covariates}",
+        (_RobustVSSweep,),
+        {
+            "num_covariates": num_covariates,
+            "profiles": profiles,
+            "sweep": (SWEEP_NAME, num_covariates),
+            "__doc__": doc,
+            "__module__": __name__,
+        },
+    )
+    return register_problem(f"robust-vs-p{num_covariates}")(cls)
+
+
+#: VTI App. E.1's cardinality sweep (|M| from 2^9 to 2^24); p = 16 also runs in the smoke and quick profiles.
+SWEEP = {p: _register_sweep(p, ("smoke", "quick", "paper") if p == 16 else ("paper",)) for p in (9, 12, 16, 20, 24)}

@@ -15,6 +15,7 @@ from suite.reference import store
 from suite.reference.bridge import BridgeSettings
 from suite.reference.engine import EngineSettings, estimate_reference
 from suite.reference.nuts import NUTSSettings
+from suite.reference.rjmcmc_gold import app_e1_settings, estimate_by_rjmcmc
 from suite.reference.smc import SMCSettings
 from suite.reference.store import has_exact_reference
 from suite.registry import UnknownNameError, available_problems, make_problem
@@ -38,7 +39,7 @@ def settings_for(problem: Problem, args: argparse.Namespace) -> EngineSettings:
 def show(problem: Problem, reference: store.Reference, exact: np.ndarray | None = None, top: int = 12) -> None:
     """Print the most probable models with log evidence, probability and their standard errors."""
     order = np.argsort(-reference.prob)[:top]
-    models = reference.provenance.get("models", list(range(len(reference.prob))))
+    models = reference.models()
     header = f"{'model':>24} {'log p(D|m)':>12} {'± se':>8} {'p(m|D)':>9} {'± se':>8}"
     print(header + ("      exact" if exact is not None else ""))
     for i in order:
@@ -62,6 +63,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gold-draws", type=int, default=10_000, help="gold-standard draws to store")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--profile",
+        default="quick",
+        choices=["quick", "paper"],
+        help="sizes of RJMCMC gold standards (spaces too large to enumerate): quick (1,024 chains, a quarter of "
+        "the authors' lengths; the shipped ones) or paper (VTI App. E.1: 4,096 chains, full lengths)",
+    )
+    parser.add_argument("--chains", type=int, default=None, help="chains of an RJMCMC gold standard (overrides)")
+    parser.add_argument(
         "--validate",
         action="store_true",
         help="for problems with exact answers: estimate anyway and compare (nothing is stored)",
@@ -84,7 +93,21 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{problem.name}: stored at {store.find(problem)} (--force recomputes)")
             show(problem, store.load(problem))
             continue
-        reference = estimate_reference(problem, settings_for(problem, args))
+        evidence = store.evidence_method(problem)
+        if evidence == "none":
+            print(f"{problem.name}: no reference can be computed: {problem.reference_settings.get('why', '')}")
+            continue
+        if evidence == "rjmcmc":
+            if args.validate:
+                print(f"{problem.name}: an RJMCMC gold standard has no exact answer to validate against")
+                continue
+            rjmcmc = app_e1_settings(problem.dim_max, args.profile, seed=args.seed, num_gold_draws=args.gold_draws)
+            if args.chains:
+                rjmcmc = dataclasses.replace(rjmcmc, num_chains=args.chains)
+            print(f"{problem.name}: RJMCMC gold standard, {rjmcmc.as_dict()}")
+            reference = estimate_by_rjmcmc(problem, rjmcmc)
+        else:
+            reference = estimate_reference(problem, settings_for(problem, args))
         if args.validate and has_exact_reference(problem):
             show(problem, reference, exact=problem.reference_model_probs().dense(problem.num_models).numpy())
             continue

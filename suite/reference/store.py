@@ -45,7 +45,7 @@ def _key(name: str, config: dict[str, Any], evidence: str) -> str:
 
 
 def evidence_method(problem: Problem) -> str:
-    """The evidence estimator a problem's reference asks for ("smc", "bridge" or "both")."""
+    """The estimator a reference asks for: "smc", "bridge", "both" (per-model evidences), "rjmcmc" or "none"."""
     return getattr(problem, "reference_settings", {}).get("evidence", "smc")
 
 
@@ -78,6 +78,9 @@ class Reference:
     gold_model_index: np.ndarray  # [N] int64
     gold_theta: np.ndarray  # [N, D]; inactive coordinates are zero
     provenance: dict[str, Any] = field(default_factory=dict)
+    #: [K] the models the arrays above describe, when not all of ``0..K-1`` (spaces too large to enumerate,
+    #: where an MCMC reference lists the models it visited); None means models ``0..K-1``.
+    model_index: np.ndarray | None = None
 
     @property
     def key(self) -> str:
@@ -85,8 +88,18 @@ class Reference:
         return _key(self.problem, self.config, self.provenance.get("evidence", "smc"))
 
     def model_probs(self) -> ModelProbs:
-        """p(m | D) with standard errors."""
-        return ModelProbs.from_dense(torch.as_tensor(self.prob), torch.as_tensor(self.prob_se))
+        """p(m | D) with standard errors (of the visited models only, for an MCMC reference)."""
+        if self.model_index is None:
+            return ModelProbs.from_dense(torch.as_tensor(self.prob), torch.as_tensor(self.prob_se))
+        return ModelProbs(
+            torch.as_tensor(self.model_index, dtype=torch.int64),
+            torch.as_tensor(self.prob, dtype=torch.float64),
+            torch.as_tensor(self.prob_se, dtype=torch.float64),
+        )
+
+    def models(self) -> np.ndarray:
+        """The model index of each entry of ``prob`` (``0..K-1`` unless ``model_index`` says otherwise)."""
+        return np.arange(len(self.prob)) if self.model_index is None else self.model_index
 
     def draws(self, num_draws: int, generator: torch.Generator, split: str = "all") -> Draws:
         """``min(num_draws, available)`` stored draws of ``split``, a random subset without replacement, in float64.
@@ -118,6 +131,8 @@ class Reference:
             # float32 halves the shipped size; the rounding (1e-7 relative) is far below any metric's MC error.
             "gold_theta": self.gold_theta.astype(np.float32),
         }
+        if self.model_index is not None:
+            arrays["model_index"] = self.model_index.astype(np.int64)
         meta = {"format": FORMAT_VERSION, "problem": self.problem, "config": self.config, **self.provenance}
         npz_path, json_path = target / f"{self.key}.npz", target / f"{self.key}.json"
         for path, write in (
@@ -150,6 +165,7 @@ class Reference:
             gold_model_index=data["gold_model_index"].astype(np.int64),
             gold_theta=data["gold_theta"].astype(np.float64),
             provenance=provenance,
+            model_index=data["model_index"].astype(np.int64) if "model_index" in data else None,
         )
 
 
@@ -188,6 +204,8 @@ def describe(problem: Problem) -> dict[str, Any]:
     """Where a problem's ground truth comes from, for run records: exact, estimated (with its error) or missing."""
     if has_exact_reference(problem):
         return {"kind": "exact"}
+    if evidence_method(problem) == "none":
+        return {"kind": "none", "message": getattr(problem, "reference_settings", {}).get("why", "")}
     path = find(problem)
     if path is None:
         return {"kind": "missing", "message": missing_message(problem)}

@@ -7,8 +7,12 @@ import pytest
 import torch
 from scipy import stats
 
+from problems.linear_dag.dag_space import codes_to_adjacency, enumerate_dags
 from problems.linear_dag.problem import LinearDAG
 from suite.backend import TORCH
+from suite.dag import DAGProblem, is_acyclic
+from suite.registry import make_problem
+from suite.types import ModelProbs
 
 
 @pytest.fixture(scope="module")
@@ -115,3 +119,56 @@ def test_prior_draws_follow_the_prior(dag: LinearDAG) -> None:
     log_s = theta[:, dag.num_slots :]
     se = log_s.std() / math.sqrt(log_s.numel())
     assert abs(float(log_s.mean()) - (0.0 - float(torch.special.digamma(torch.tensor(1.5))))) < 4.5 * float(se)
+
+
+def test_model_index_of_inverts_adjacency_for_every_dag() -> None:
+    problem = LinearDAG(num_nodes=4, num_samples=20)
+    models = problem.model_space.all_indices()
+    adjacency = problem.adjacency(models)
+    assert adjacency.shape == (543, 4, 4) and adjacency.dtype == torch.bool
+    assert torch.equal(problem.model_index_of(adjacency), models)
+    assert is_acyclic(adjacency).all()
+
+
+def test_model_index_of_refuses_cyclic_graphs_and_names_the_rows() -> None:
+    problem = LinearDAG(num_nodes=4, num_samples=20)
+    graphs = problem.adjacency(torch.tensor([0, 5, 7]))
+    graphs[1, 0, 1] = graphs[1, 1, 2] = graphs[1, 2, 0] = True  # 0 -> 1 -> 2 -> 0
+    graphs[2, 3, 3] = True  # a self-loop
+    with pytest.raises(ValueError, match=r"rows 1, 2 are not DAGs"):
+        problem.model_index_of(graphs)
+    with pytest.raises(ValueError, match="shape"):
+        problem.model_index_of(graphs[:, :3, :3])
+
+
+def test_linear_dag_is_a_dag_problem() -> None:
+    problem = LinearDAG(num_nodes=3, num_samples=30)
+    assert isinstance(problem, DAGProblem)
+    data = problem.observations()
+    assert data.shape == (30, 3) and data.dtype == torch.float64
+    assert torch.equal(data, problem.data)
+    assert int(problem.model_index_of(problem.true_adjacency[None])) >= 0
+
+
+def test_is_acyclic_agrees_with_the_enumerated_dags() -> None:
+    # Every adjacency pattern on 4 nodes without self-loops: 4,096 graphs, 543 of them DAGs.
+    codes = torch.arange(2**12)
+    acyclic = is_acyclic(codes_to_adjacency(codes, 4))
+    assert torch.equal(acyclic, torch.isin(codes, enumerate_dags(4)))
+
+
+def test_task_metrics_score_graphs_against_the_truth_and_the_exact_posterior() -> None:
+    """The true graph alone: F1 1, SHD 0; the exact posterior itself: MMD 0 and positive SHD (d = 4)."""
+    problem = make_problem("linear-dag-d4")
+    true_model = problem.model_index_of(problem.true_adjacency[None])
+    point = problem.task_metrics(ModelProbs(true_model, torch.ones(1, dtype=torch.float64)), None)
+    assert point["edge_f1"].value == pytest.approx(1.0, abs=1e-7) and point["shd"].value == 0.0
+    assert point["brier"].value == 0.0 and point["mmd_hamming"].value > 0
+    exact = problem.task_metrics(problem.reference_model_probs(), None)
+    assert exact["mmd_hamming"].value == pytest.approx(0.0, abs=1e-15) and exact["shd"].value > 0
+    # Draws instead of probabilities: equally weighted graphs of the draws.
+    draws = problem.reference_draws(4000, torch.Generator().manual_seed(0))
+    sampled = problem.task_metrics(None, draws)
+    # Edge frequencies of 4,000 exact draws differ from the exact edge probabilities by about 0.008 each.
+    assert sampled["mmd_hamming"].value < 2 / 16 * 12 * 0.03**2
+    assert sampled["shd"].value == pytest.approx(exact["shd"].value, abs=0.15)

@@ -1,0 +1,89 @@
+"""Sweeps: one metric across a family of problems that differ in one number (e.g. VTI Fig. 4's cardinality sweep).
+
+A problem joins a sweep through its class attribute ``sweep = (name, x)``;
+the sweep's table has one row per x and one column per method (mean ± standard
+error over seeds of the metric), and its plot draws the metric against x.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from suite.leaderboard import long_table
+from suite.plots import plt, save_figure
+from suite.registry import problem_class
+
+#: The metric a sweep reports (VTI Fig. 4: the cross-entropy of gold draws under q).
+SWEEP_METRIC = "cross_entropy"
+
+
+def sweep_of(problem: str) -> tuple[str, int] | None:
+    """The (sweep name, x) a registered problem belongs to, or None."""
+    try:
+        return getattr(problem_class(problem), "sweep", None)
+    except KeyError:
+        return None
+
+
+def sweep_tables(records: list[dict[str, Any]], metric: str = SWEEP_METRIC) -> dict[str, pd.DataFrame]:
+    """Per sweep: rows x (and the problem), per method the mean and standard error over seeds of ``metric``."""
+    long = long_table(records)
+    long = long[(long["status"] == "ok") & (long["metric"] == metric)]
+    tables: dict[str, pd.DataFrame] = {}
+    groups: dict[str, list[tuple[int, str]]] = {}
+    for problem in sorted(long["problem"].unique()):
+        position = sweep_of(problem)
+        if position is not None:
+            groups.setdefault(position[0], []).append((position[1], problem))
+    for name, members in groups.items():
+        rows = []
+        for x, problem in sorted(members):
+            row: dict[str, Any] = {"x": x, "problem": problem}
+            for method, values in long[long["problem"] == problem].groupby("method"):
+                v = values["value"].to_numpy(dtype=float)
+                row[method] = float(v.mean())
+                spread = len(v) > 1 and bool(np.isfinite(v).all())
+                row[f"{method}_se"] = float(v.std(ddof=1) / math.sqrt(len(v))) if spread else math.nan
+            rows.append(row)
+        tables[name] = pd.DataFrame(rows)
+    return tables
+
+
+def format_sweep(name: str, table: pd.DataFrame, metric: str = SWEEP_METRIC) -> str:
+    """The sweep as a plain-text table: one row per x, ``mean ± se`` per method."""
+    methods = [c for c in table.columns if c not in ("x", "problem") and not c.endswith("_se")]
+    shown = table[["x", "problem"]].copy()
+    for method in methods:
+        se = table.get(f"{method}_se", pd.Series([math.nan] * len(table)))
+        shown[method] = [
+            "-" if math.isnan(m) else (f"{m:.4g}" if math.isnan(s) else f"{m:.4g} ± {s:.2g}")
+            for m, s in zip(table[method], se, strict=True)
+        ]
+    return f"== sweep: {name} ({metric}, lower is better)\n" + shown.to_string(index=False)
+
+
+def plot_sweep(name: str, table: pd.DataFrame, path: Path, metric: str = SWEEP_METRIC) -> Path | None:
+    """The metric against x, one line per method with standard-error bars; None when nothing is finite."""
+    methods = [c for c in table.columns if c not in ("x", "problem") and not c.endswith("_se")]
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    drawn = False
+    for method in methods:
+        y = table[method].to_numpy(dtype=float)
+        finite = np.isfinite(y)
+        if not finite.any():
+            continue
+        se = table.get(f"{method}_se", pd.Series(np.nan, index=table.index)).to_numpy(dtype=float)
+        ax.errorbar(table["x"][finite], y[finite], yerr=np.nan_to_num(se[finite]), marker="o", capsize=3, label=method)
+        drawn = True
+    if not drawn:
+        plt.close(fig)
+        return None
+    ax.set_xlabel("x (e.g. number of candidate covariates: 2^x models)")
+    ax.set_ylabel(metric)
+    ax.set_title(f"sweep: {name}")
+    return save_figure(fig, ax, path)
