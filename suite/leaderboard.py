@@ -181,7 +181,9 @@ def reported_comparison(records: list[dict[str, Any]]) -> pd.DataFrame:
             continue
         table = summary_table(long, problem)
         measured = (
-            {} if table.empty or "neg_elbo" not in table else dict(zip(table["method"], table.index, strict=True))
+            {}
+            if table.empty or "neg_elbo" not in table
+            else {m: i for m, i in zip(table["method"], table.index, strict=True) if pd.notna(table.loc[i, "neg_elbo"])}
         )
         for method in sorted(set(reported) | set(measured)):
             row: dict[str, Any] = {"problem": problem, "method": method, "paper": reported.get(method, math.nan)}

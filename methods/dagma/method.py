@@ -141,10 +141,7 @@ class DAGMA(Method):
     def supports(self, problem: Problem) -> str | None:
         """DAG problems (``suite.dag.DAGProblem``), with a true graph for the oracle selection; needs ``dagma``."""
         if not isinstance(problem, DAGProblem):
-            return (
-                "needs a problem whose models are DAGs (suite.dag.DAGProblem: num_nodes, true_adjacency, "
-                "adjacency, model_index_of, observations)"
-            )
+            return "the models are not DAGs (no suite.dag.DAGProblem interface)"
         if self.selection == "oracle-f1" and problem.true_adjacency is None:
             return "selection='oracle-f1' picks lambda by F1 against the true graph, which is unknown: use 'bic'"
         try:

@@ -149,7 +149,7 @@ def test_non_finite_active_coordinates_give_minus_inf_and_inactive_are_ignored(q
     model_index = torch.tensor([2, 2, 2, 2])
     theta = torch.zeros(4, quick.dim_max, dtype=torch.float64)
     theta[0, 1], theta[1, quick.max_components], theta[2, 0] = math.nan, math.inf, -math.inf
-    theta[3, 3], theta[3, quick.max_components + 9] = math.nan, math.inf  # inactive for k = 3
+    theta[3, 3], theta[3, quick.max_components + 6] = math.nan, math.inf  # inactive for k = 3
     out = quick.log_joint(model_index, theta)
     assert (out[:3] == -math.inf).all()
     assert out[3] == quick.log_joint(model_index[3:], torch.zeros(1, quick.dim_max, dtype=torch.float64))[0]
@@ -199,9 +199,9 @@ def test_data_generating_process_and_box(k100: GaussianMixture2DK100) -> None:
 def test_registration_configs_and_profiles() -> None:
     quick, paper = make_problem("gmm-2d"), make_problem("gmm-2d-k100")
     assert quick.config() == {
-        "max_components": 10,
+        "max_components": 8,
         "true_components": 5,
-        "num_observations": 400,
+        "num_observations": 150,
         "noise_sd": 0.5,
         "complexity_penalty": 2.0,
         "data_seed": 21,
@@ -264,7 +264,7 @@ def test_task_metrics_on_hand_made_model_probs(quick: GaussianMixture2D) -> None
     assert quick.task_metrics(None, None) == {}
     with_se = ModelProbs(probs.index, probs.prob, torch.tensor([0.01, 0.02, 0.03], dtype=torch.float64))
     assert quick.task_metrics(with_se, None)["q_true_k"].se == pytest.approx(0.02)
-    missing = quick.task_metrics(ModelProbs.from_dense(torch.eye(10, dtype=torch.float64)[7]), None)
+    missing = quick.task_metrics(ModelProbs.from_dense(torch.eye(8, dtype=torch.float64)[7]), None)
     assert missing["q_true_k"].value == 0 and missing["k_abs_error"].value == pytest.approx(3.0)
 
 
@@ -371,9 +371,9 @@ def _laplace_log_evidence(problem: GaussianMixture2D, k: int, gen: torch.Generat
 
 def test_quick_posterior_concentrates_on_the_true_k(quick: GaussianMixture2D) -> None:
     # Known answer by design: the 5 true means are >= 6 sigma apart, so dropping one component costs hundreds
-    # of nats of likelihood and adding one the penalty 6.0 nats plus an Occam factor of ~log(15^2 * 80 / (2 pi
-    # sigma^2)) ~ 9 nats. Laplace approximations of log p(y, k) must show margins of well over 10 nats (about
-    # 620 to k = 4 and 20 to k = 6), i.e. q(5) > 0.9999; the fits only lower-bound the peaks of k = 6, 7.
+    # of nats of likelihood and adding one the penalty 5.0 nats plus an Occam factor of ~log(15^2 * 30 / (2 pi
+    # sigma^2)) ~ 8 nats. Laplace approximations of log p(y, k) must show margins of well over 10 nats (about
+    # 229 to k = 4 and 15 to k = 6), i.e. q(5) > 0.9999; the fits only lower-bound the peaks of k = 6, 7.
     gen = torch.Generator().manual_seed(12)
     evidence = {k: _laplace_log_evidence(quick, k, gen) for k in (4, 5, 6, 7)}
     assert max(evidence, key=evidence.get) == quick.true_k
