@@ -118,6 +118,13 @@ class Trainer:
         finite = torch.isfinite(ell)
         num_finite = int(finite.sum())
         loss = -torch.where(finite, ell, 0.0).sum() / max(num_finite, 1)
+        if 0 < num_finite < s.batch_size:
+            # A row whose theta or log-determinant overflowed poisons the whole gradient even with zero weight
+            # (0 * inf = NaN in its backward), so the loss is recomputed on the finite rows alone.
+            keep = finite.nonzero().squeeze(-1)
+            m_kept = model_index[keep]
+            ell_kept = elbo_terms(self.problem, self.flow, m_kept, z[keep], self.context_of(m_kept), log_prior[keep])
+            loss = -ell_kept.sum() / num_finite
         loss_value = float(loss.detach())  # one host sync per iteration: the divergence checks need it
         if num_finite == 0 or not math.isfinite(loss_value):
             self._skip(iteration, "no finite ELBO sample")

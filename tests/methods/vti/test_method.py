@@ -65,6 +65,27 @@ def test_nan_losses_end_the_run_as_failed_with_the_iteration(name: str) -> None:
     assert result.diagnostics["iteration"] >= 40
 
 
+class _OverflowBeyond3(_NaNAfter):
+    """Wraps a problem, subtracting exp(1000 theta_0) where theta_0 > 3 (and 1 elsewhere): -inf there.
+
+    exp's derivative is then infinite too, so without care such a row makes every gradient NaN (its zero weight
+    in the loss times an infinite derivative), as a flow that overflows does.
+    """
+
+    def log_joint(self, model_index: Tensor, theta: Tensor) -> Tensor:
+        scale = torch.where(theta[:, 0] > 3.0, 1000.0, 0.0).to(theta.dtype)
+        return self.problem.log_joint(model_index, theta) - torch.exp(scale * theta[:, 0])
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_rows_at_minus_infinity_are_dropped_without_poisoning_the_gradient(name: str) -> None:
+    """A few rows of a batch land beyond theta_0 = 3 (the tail of sas's second model, near 2.1): training goes on."""
+    problem = _OverflowBeyond3(make_problem("sas"), start=0)
+    result = make_method(name, progress=False).run(problem, Budget("smoke"), 0, CPU)
+    assert result.status == "ok", result.reason
+    assert abs(result.model_probs.total() - 1.0) < 1e-9
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
