@@ -133,9 +133,9 @@ def test_made_beyond_enumeration_reports_exact_q_at_the_models_it_draws() -> Non
 def test_made_and_categorical_model_distributions_agree_on_robust_vs() -> None:
     """On robust-vs (2^7 models) vti-mcg's MADE and categorical q(m) agree (quick profile, seed 0).
 
-    The issue's bar is TV < 0.05; measured 0.051 (seed 0), with each 0.05-0.07 from the SMC reference over seeds
-    0-2 (MADE 0.065-0.066, categorical 0.053): the quick budget's own error, which neither a wider MADE nor
-    averaging its parameters over the last quarter of training reduced. The test holds them to 0.08.
+    The issue's bar is TV < 0.05; measured 0.051 (seed 0), with each 0.05-0.07 from the SMC reference (MADE
+    0.065-0.066 over seeds 0-2, categorical 0.053 at seed 0): the quick budget's own error, which neither a wider
+    MADE nor averaging its parameters over the last quarter of training reduced. The test holds them to 0.08.
     """
     from suite.metrics import total_variation
 
