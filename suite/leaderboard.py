@@ -52,7 +52,8 @@ def main_metric(problem: str) -> str:
         return "model_prob_tv"
 
 
-def _mean_se(values: pd.Series) -> tuple[float, float]:
+def mean_and_se(values: pd.Series) -> tuple[float, float]:
+    """Mean and standard error over seeds; no standard error for one value or when a value is infinite."""
     v = values.to_numpy(dtype=float)
     if len(v) == 0:
         return math.nan, math.nan
@@ -77,7 +78,7 @@ def summary_table(long: pd.DataFrame, problem: str) -> pd.DataFrame:
         }
         for metric in metrics:
             values = ok[ok["metric"] == metric]
-            row[metric], row[f"{metric}_se"] = _mean_se(values["value"])
+            row[metric], row[f"{metric}_se"] = mean_and_se(values["value"])
             if values["se"].notna().any():  # the estimator's own Monte Carlo error, averaged over seeds
                 row[f"{metric}_mc_se"] = float(values["se"].mean())
         reasons = sorted(set(failed["reason"].dropna()))
@@ -107,7 +108,8 @@ def _direction(problem: str) -> str:
     return "higher" if main_metric(problem) in higher_is_better(problem) else "lower"
 
 
-def _fmt(mean: float, se: float, mc_se: float = math.nan) -> str:
+def format_mean_se(mean: float, se: float, mc_se: float = math.nan) -> str:
+    """``mean ± se (MC ± mc_se)`` with the parts that are defined; ``-`` for a missing value."""
     if isinstance(mean, float) and math.isnan(mean):
         return "-"
     if math.isinf(mean):
@@ -128,7 +130,9 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
     shown = table[["method", "runs", "failed"]].copy()
     for metric in metrics:
         mc = table[f"{metric}_mc_se"] if f"{metric}_mc_se" in table else [math.nan] * len(table)
-        shown[metric] = [_fmt(m, s, e) for m, s, e in zip(table[metric], table[f"{metric}_se"], mc, strict=True)]
+        shown[metric] = [
+            format_mean_se(m, s, e) for m, s, e in zip(table[metric], table[f"{metric}_se"], mc, strict=True)
+        ]
     if table["failure_reasons"].str.len().gt(0).any():
         shown["failure_reasons"] = table["failure_reasons"]
     if "not_applicable" in table and table["not_applicable"].str.len().gt(0).any():
@@ -208,7 +212,8 @@ def format_reported_comparison(table: pd.DataFrame) -> str:
             "problem": table["problem"],
             "method": table["method"],
             "measured -ELBO": [
-                _fmt(m, s, e) for m, s, e in zip(table["measured"], table["measured_se"], table["mc_se"], strict=True)
+                format_mean_se(m, s, e)
+                for m, s, e in zip(table["measured"], table["measured_se"], table["mc_se"], strict=True)
             ],
             "paper": ["-" if math.isnan(v) else f"{v:.2f}" for v in table["paper"]],
             "difference": ["-" if math.isnan(v) else f"{v:+.2f}" for v in table["difference"]],

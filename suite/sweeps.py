@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from suite.leaderboard import long_table
+from suite.leaderboard import format_mean_se, long_table, mean_and_se
 from suite.plots import plt, save_figure
 from suite.registry import problem_class
 
@@ -45,10 +45,7 @@ def sweep_tables(records: list[dict[str, Any]], metric: str = SWEEP_METRIC) -> d
         for x, problem in sorted(members):
             row: dict[str, Any] = {"x": x, "problem": problem}
             for method, values in long[long["problem"] == problem].groupby("method"):
-                v = values["value"].to_numpy(dtype=float)
-                row[method] = float(v.mean())
-                spread = len(v) > 1 and bool(np.isfinite(v).all())
-                row[f"{method}_se"] = float(v.std(ddof=1) / math.sqrt(len(v))) if spread else math.nan
+                row[method], row[f"{method}_se"] = mean_and_se(values["value"])
             rows.append(row)
         tables[name] = pd.DataFrame(rows)
     return tables
@@ -60,10 +57,7 @@ def format_sweep(name: str, table: pd.DataFrame, metric: str = SWEEP_METRIC) -> 
     shown = table[["x", "problem"]].copy()
     for method in methods:
         se = table.get(f"{method}_se", pd.Series([math.nan] * len(table)))
-        shown[method] = [
-            "-" if math.isnan(m) else (f"{m:.4g}" if math.isnan(s) else f"{m:.4g} ± {s:.2g}")
-            for m, s in zip(table[method], se, strict=True)
-        ]
+        shown[method] = [format_mean_se(m, s) for m, s in zip(table[method], se, strict=True)]
     return f"== sweep: {name} ({metric}, lower is better)\n" + shown.to_string(index=False)
 
 

@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from suite.dag import DAGProblem, is_acyclic, transitive_closure
+from suite.dag_metrics import edge_f1
 from suite.harness import PhaseTimer
 from suite.method import Budget, Method, Result
 from suite.problem import Problem
@@ -167,7 +168,7 @@ class DAGMA(Method):
                 fits.append(_fit(x, lambda1, s, seed, self.torch_dtype, device))
 
         scores = [fit["bic"] for fit in fits]
-        f1 = None if truth is None else [f1_score(fit["graph"], truth.cpu()) for fit in fits]
+        f1 = None if truth is None else [edge_f1(fit["graph"][None], truth.cpu()) for fit in fits]
         if s["selection"] == "oracle-f1":
             assert f1 is not None
             chosen = int(np.argmax(f1))  # first maximum: ties go to the smallest lambda
@@ -210,17 +211,6 @@ class DAGMA(Method):
 
 
 # ------------------------------------------------------------------ pieces
-def f1_score(graph: Tensor, truth: Tensor) -> float:
-    """F1 of a binary graph against the true one over all d^2 entries, as the VTI authors' DAG metrics (eps 1e-8)."""
-    graph, truth = graph.to(torch.bool), truth.to(torch.bool)
-    tp = float((graph & truth).sum())
-    fp = float((graph & ~truth).sum())
-    fn = float((~graph & truth).sum())
-    precision = tp / (tp + fp + 1e-8)
-    recall = tp / (tp + fn + 1e-8)
-    return 2 * precision * recall / (precision + recall + 1e-8)
-
-
 def break_cycles(weights: Tensor) -> tuple[Tensor, list[list[int]]]:
     """The graph of the nonzero ``weights`` [d, d] made acyclic by dropping the weakest edge on a cycle, repeatedly.
 
