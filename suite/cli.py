@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 
 from suite import parallel as par
 from suite import records as rec
+from suite.dag_tables import dag_tables, format_dag_table
 from suite.harness import DEVICE_CHOICES, resolve_device, tune_allocator
 from suite.leaderboard import (
     NOT_APPLICABLE,
@@ -332,6 +333,10 @@ def report(records: list[dict], out: Path) -> None:
         png = plot_sweep(name, table, out / f"sweep_{slug}.png")
         if png:
             print(f"   plot: {png}")
+    for problem, table in dag_tables(records).items():
+        print()
+        print(format_dag_table(problem, table))
+        table.to_csv(out / f"dag_table_{problem}.csv", index=False)
     comparison = format_reported_comparison(reported_comparison(records))
     if comparison:
         (out / "reported_comparison.md").write_text("# Negative ELBO against the source papers\n\n" + comparison)

@@ -34,7 +34,7 @@ class DAGProblem(Protocol):
         ...
 
     def model_index_of(self, adjacency: Tensor) -> Tensor:
-        """int64 ``[B]``: a model whose graph is each adjacency (``[B, d, d]``).
+        """int64 ``[B]`` (``[B, W]`` for multi-word model spaces): a model whose graph is each adjacency ``[B, d, d]``.
 
         Raises ValueError naming the offending rows if any graph is cyclic or
         not a model of this problem.

@@ -32,11 +32,12 @@ class Estimate:
 
 
 def _aligned(truth: ModelProbs, estimate: ModelProbs) -> tuple[Tensor, Tensor]:
-    union = torch.unique(torch.cat([truth.index, estimate.index]))
-    p = torch.zeros(union.numel(), dtype=torch.float64)
-    q = torch.zeros(union.numel(), dtype=torch.float64)
-    p[torch.searchsorted(union, truth.index)] = truth.prob.to(torch.float64)
-    q[torch.searchsorted(union, estimate.index)] = estimate.prob.to(torch.float64)
+    union, position = torch.unique(torch.cat([truth.index, estimate.index]), dim=0, return_inverse=True)
+    k = truth.index.shape[0]
+    p = torch.zeros(union.shape[0], dtype=torch.float64)
+    q = torch.zeros(union.shape[0], dtype=torch.float64)
+    p[position[:k]] = truth.prob.to(torch.float64)
+    q[position[k:]] = estimate.prob.to(torch.float64)
     return p, q
 
 

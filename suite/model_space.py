@@ -3,12 +3,18 @@
 A model is addressed in batched code by its integer ``model_index`` (a
 ``torch.int64`` tensor) and in files and tables by its natural ``identifier``
 (a string such as ``"k=2"`` or a bit string).
+
+Most spaces give each model one int64 (``index_width == 1``; a batch is ``[B]``).
+Spaces too large for 63 bits (DAGs as a permutation plus edge bits) give each
+model ``index_width`` int64 words (a batch is ``[B, index_width]``); such
+spaces are never enumerable, and a single model is then a tuple of ints.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -19,14 +25,16 @@ class ModelSpace(ABC):
 
     #: Number of models, or None when the space is too large to enumerate.
     num_models: int | None
+    #: int64 words per model index: 1 (indices ``[B]``) or more (indices ``[B, index_width]``, never enumerable).
+    index_width: int = 1
 
     @abstractmethod
-    def identifier(self, index: int) -> str:
-        """Natural identifier of the model with this integer index."""
+    def identifier(self, index: Any) -> str:
+        """Natural identifier of the model with this index (an int, or a tuple of ints for multi-word spaces)."""
 
     @abstractmethod
-    def index(self, identifier: str) -> int:
-        """Integer index of the model with this identifier."""
+    def index(self, identifier: str) -> Any:
+        """Index of the model with this identifier (an int, or a tuple of ints for multi-word spaces)."""
 
     @abstractmethod
     def sample_uniform(self, num: int, generator: torch.Generator) -> Tensor:
@@ -50,6 +58,10 @@ class ModelSpace(ABC):
         """Raise ValueError if any index lies outside the space."""
         if model_index.dtype != torch.int64:
             raise TypeError(f"model_index must be int64, got {model_index.dtype}")
+        expected = 1 if self.index_width == 1 else 2
+        if model_index.ndim != expected or (expected == 2 and model_index.shape[-1] != self.index_width):
+            shape = "[B]" if expected == 1 else f"[B, {self.index_width}]"
+            raise ValueError(f"model_index must have shape {shape}, got {tuple(model_index.shape)}")
         if model_index.numel() and (
             model_index.min() < 0 or (self.num_models is not None and model_index.max() >= self.num_models)
         ):
@@ -127,3 +139,9 @@ class BinarySpace(ModelSpace):
         """Flip one uniformly chosen bit (symmetric)."""
         bit = torch.randint(0, self.num_bits, model_index.shape, generator=generator, device=model_index.device)
         return model_index ^ (1 << bit), torch.zeros(model_index.shape, device=model_index.device)
+
+
+def model_keys(model_index: Tensor) -> list[Any]:
+    """Hashable Python keys of a batch of model indices: ints for ``[B]``, tuples of ints for ``[B, W]``."""
+    values = model_index.detach().cpu().tolist()
+    return values if model_index.ndim == 1 else [tuple(v) for v in values]

@@ -14,6 +14,7 @@ import torch
 from suite import metrics
 from suite.harness import PeakMemory, PhaseTimer, environment
 from suite.method import Budget, Method, Result
+from suite.model_space import model_keys
 from suite.problem import Problem
 from suite.reference import store as reference_store
 from suite.types import Draws, ModelProbs
@@ -83,19 +84,19 @@ def _model_table(problem: Problem, estimate: ModelProbs | None) -> dict[str, Any
     ranking = truth if truth is not None else estimate
     if ranking is None:
         return None
-    shown = ranking.top(MAX_MODELS_IN_RECORD).index.tolist()
+    shown = model_keys(ranking.top(MAX_MODELS_IN_RECORD).index)
     if estimate is not None and truth is not None:  # also show models the estimate favours
-        extra = [i for i in estimate.top(16).index.tolist() if i not in set(shown)]
+        extra = [i for i in model_keys(estimate.top(16).index) if i not in set(shown)]
         shown = shown[: MAX_MODELS_IN_RECORD - len(extra)] + extra
 
     def lookup(probs: ModelProbs | None, values: torch.Tensor | None) -> list[float] | None:
         if probs is None or values is None:
             return None
-        table = dict(zip(probs.index.tolist(), values.tolist(), strict=True))
+        table = dict(zip(model_keys(probs.index), values.tolist(), strict=True))
         return [table.get(i, 0.0) for i in shown]
 
     return {
-        "index": shown,
+        "index": [list(i) if isinstance(i, tuple) else i for i in shown],
         "id": [problem.model_space.identifier(i) for i in shown],
         "truth": lookup(truth, None if truth is None else truth.prob),
         "estimate": lookup(estimate, None if estimate is None else estimate.prob),

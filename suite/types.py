@@ -17,7 +17,7 @@ class Draws(NamedTuple):
     made by the suite).
     """
 
-    model_index: Tensor  # int64 [N]
+    model_index: Tensor  # int64 [N] (or [N, W] for multi-word model spaces)
     theta: Tensor  # float [N, dim_max]
 
     def __len__(self) -> int:
@@ -28,21 +28,22 @@ class Draws(NamedTuple):
 class ModelProbs:
     """Probabilities of a set of models (all of them, or the top ones).
 
-    ``index`` lists distinct model indices, ``prob`` their probabilities and
-    ``se`` (optional) their Monte Carlo standard errors. Models not listed
-    have probability zero as far as this estimate knows.
+    ``index`` lists distinct model indices (``[K]``, or ``[K, W]`` rows for
+    multi-word model spaces), ``prob`` their probabilities and ``se``
+    (optional) their Monte Carlo standard errors. Models not listed have
+    probability zero as far as this estimate knows.
     """
 
-    index: Tensor  # int64 [K]
+    index: Tensor  # int64 [K] or [K, W]
     prob: Tensor  # float64 [K]
     se: Tensor | None = None
 
     def __post_init__(self) -> None:
-        if self.index.ndim != 1 or self.prob.shape != self.index.shape:
-            raise ValueError("index and prob must be 1-D tensors of equal length")
+        if self.index.ndim not in (1, 2) or self.prob.ndim != 1 or self.prob.shape[0] != self.index.shape[0]:
+            raise ValueError("index ([K] or [K, W]) and prob ([K]) must have the same length")
         if self.se is not None and self.se.shape != self.prob.shape:
             raise ValueError("se must have the shape of prob")
-        if torch.unique(self.index).numel() != self.index.numel():
+        if torch.unique(self.index, dim=0).shape[0] != self.index.shape[0]:
             raise ValueError("model indices must be distinct")
 
     @classmethod
@@ -58,11 +59,13 @@ class ModelProbs:
     @classmethod
     def from_indices(cls, model_index: Tensor) -> ModelProbs:
         """Relative frequencies of the models in a sample of indices."""
-        index, counts = torch.unique(model_index.detach().cpu(), return_counts=True)
+        index, counts = torch.unique(model_index.detach().cpu(), dim=0, return_counts=True)
         return cls(index, counts.to(torch.float64) / counts.sum())
 
     def dense(self, num_models: int) -> Tensor:
-        """Dense float64 vector of length ``num_models``."""
+        """Dense float64 vector of length ``num_models`` (single-word indices only)."""
+        if self.index.ndim != 1:
+            raise ValueError("multi-word model indices have no dense vector")
         out = torch.zeros(num_models, dtype=torch.float64)
         out[self.index] = self.prob.to(torch.float64)
         return out

@@ -105,9 +105,14 @@ class RJMCMCBaseline(Method):
         return s
 
     def supports(self, problem: Problem) -> str | None:
-        """Any problem with more than one model."""
+        """Any problem with more than one model whose model index is one int64 word."""
         if problem.num_models == 1:
             return "a single model: no jumps to make (fixed-dimension problems are for mif, fr-vip, fr, mf, iaf)"
+        if problem.model_space.index_width != 1:
+            return (
+                f"its chains keep one int64 model index each; {problem.name}'s models need "
+                f"{problem.model_space.index_width} words (not implemented)"
+            )
         return None
 
     def run(self, problem: Problem, budget: Budget, seed: int, device: torch.device) -> Result:

@@ -73,6 +73,10 @@ class FlowSpec:
 
 #: Widest context MLP (diag and sinh-arcsinh layers): ub2(2 x context) unless the context is a long one-hot code.
 MAX_CONTEXT_WIDTH = 256
+#: Above this saturated dimension the default MADE width is the authors' 128 of their DAG flows
+#: (``affine510f128``, d_max = 549) instead of ub2(2 d_max) (2048 there: 40M weights per layer).
+MAX_DEFAULT_WIDTH_DIM = 512
+LARGE_DIM_WIDTH = 128
 
 
 def build_flow(spec: FlowSpec, dim: int, context_dim: int, hidden: int | None = None) -> CoSMICFlow:
@@ -82,7 +86,7 @@ def build_flow(spec: FlowSpec, dim: int, context_dim: int, hidden: int | None = 
     ``MAX_CONTEXT_WIDTH``: with a one-hot context over 543 DAGs the uncapped
     width (2048) made those layers 8M parameters and a step 10 times slower.
     """
-    width = hidden or upper_power_of_two(2 * dim)
+    width = hidden or (upper_power_of_two(2 * dim) if dim <= MAX_DEFAULT_WIDTH_DIM else LARGE_DIM_WIDTH)
     context_width = hidden or min(upper_power_of_two(2 * context_dim), MAX_CONTEXT_WIDTH)
     layers: list[CoSMICLayer]
     if spec.kind == "diag":

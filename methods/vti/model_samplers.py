@@ -377,6 +377,15 @@ class SurrogateSampler(ModelSampler):
         return out
 
 
+def importance_entropy(log_q_new: Tensor, log_q: Tensor) -> Tensor:
+    """H(q') ~ -mean_n w_n log q'(m_n), w = q'/q, from draws m_n ~ q ([VTI] eqs. 54-56), summed in log space.
+
+    The terms are positive since log q' <= 0, so the logsumexp is exact.
+    """
+    log_terms = log_q_new - log_q + torch.log(-log_q_new)
+    return torch.exp(torch.logsumexp(log_terms, 0) - math.log(log_q.shape[0]))
+
+
 class ScoreFunctionSampler(ModelSampler):
     """q_psi(m) trained by score-function gradients with a running-mean baseline and information-gain step control.
 
@@ -573,7 +582,16 @@ def _binary_num_models(num_models: int | None, num_bits: int | None) -> int:
     return num_models
 
 
-class MADEBinarySampler(ScoreFunctionSampler):
+class AutoregressiveSampler(ScoreFunctionSampler):
+    """A score-function sampler too large for an exact entropy: the step control uses the importance estimate."""
+
+    def _entropy(self, params: dict[str, Tensor] | None, model_index: Tensor, log_q: Tensor) -> Tensor:
+        if params is None:
+            return -log_q.mean()
+        return importance_entropy(self._log_q(model_index, params), log_q)
+
+
+class MADEBinarySampler(AutoregressiveSampler):
     """Autoregressive Bernoulli q(m) over the L bits of the model index, given by an nflows MADE.
 
     Bit j of the index (index = sum_j bit_j 2^j, as in ``BinarySpace``) is variable j in the autoregressive order,
@@ -634,14 +652,6 @@ class MADEBinarySampler(ScoreFunctionSampler):
         bits = self.space.bits(model_index)
         logits = self._logits(bits.to(self.dtype), params)
         return torch.where(bits, F.logsigmoid(logits), F.logsigmoid(-logits)).sum(-1)
-
-    def _entropy(self, params: dict[str, Tensor] | None, model_index: Tensor, log_q: Tensor) -> Tensor:
-        if params is None:
-            return -log_q.mean()
-        log_q_new = self._log_q(model_index, params)
-        # -mean_n w_n log q'(m_n) with w = q'/q, summed in log space: the terms are positive since log q' <= 0.
-        log_terms = log_q_new - log_q + torch.log(-log_q_new)
-        return torch.exp(torch.logsumexp(log_terms, 0) - math.log(model_index.numel()))
 
     @torch.no_grad()
     def sample(self, num: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:

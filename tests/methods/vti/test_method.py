@@ -147,3 +147,19 @@ def test_made_and_categorical_model_distributions_agree_on_robust_vs() -> None:
         assert result.status == "ok", result.reason
         probs[kind] = result.model_probs
     assert total_variation(probs["made"], probs["categorical"]) < 0.08
+
+
+def test_vti_mcg_runs_made_plus_on_a_multi_word_dag_space() -> None:
+    """dag-mlp's (P, U) models are two int64 words: q(m) and draws come back as [K, 2] rows, scored on DAG metrics."""
+    from problems.dag_mlp import SimulatedDAGMLP
+
+    problem = SimulatedDAGMLP(num_nodes=4, hidden=2, num_samples=32)
+    method = make_method("vti-mcg", num_iterations=30, warmup_iterations=5, batch_size=64, progress=False)
+    result = method.run(problem, Budget(profile="smoke", num_draws=256), 0, torch.device("cpu"))
+    assert result.status == "ok", result.reason
+    assert result.model_probs.index.shape[1] == 2 and result.draws.model_index.shape == (256, 2)
+    assert 0 < result.model_probs.total() <= 1 + 1e-9
+    metrics = problem.task_metrics(result.model_probs, result.draws)
+    assert set(metrics) >= {"edge_f1", "shd", "brier", "auroc", "expected_shd"}
+    log_q = result.log_density(result.draws.model_index, result.draws.theta)
+    assert bool(torch.isfinite(log_q).all())
