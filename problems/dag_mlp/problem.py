@@ -35,6 +35,7 @@ which is not reproduced.
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 from typing import Any, ClassVar
 
 import numpy as np
@@ -156,6 +157,10 @@ class DAGMLP(Problem):
         return self.data.clone()
 
     # ------------------------------------------------------------------ contract
+    @abstractmethod
+    def config(self) -> dict[str, Any]:
+        """Constructor arguments of the concrete problem (data source included)."""
+
     def mask(self, model_index: Tensor) -> Tensor:
         """W1 columns of present edges; b1, W2, b2 of positions that have a parent."""
         upper = self.model_space.upper(model_index)
@@ -235,6 +240,14 @@ class DAGMLP(Problem):
         return None
 
 
+class _ModelOnly(DAGMLP):
+    """The model without data: masks and weight layouts for the simulator."""
+
+    def config(self) -> dict[str, Any]:
+        """Model settings only."""
+        return {"num_nodes": self.num_nodes, "hidden": self.hidden, "bias": self.bias}
+
+
 def simulate_mlp_dag(
     num_nodes: int, hidden: int, bias: bool, edge_prob: float, noise_sd: float, seed: int, num_rows: int
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -252,7 +265,7 @@ def simulate_mlp_dag(
     layout = ParameterLayout(num_nodes, hidden, bias)
     magnitude = 0.3 + 0.4 * torch.rand(layout.dim, generator=gen, dtype=torch.float64)
     sign = torch.where(torch.rand(layout.dim, generator=gen) < 0.5, -1.0, 1.0).to(torch.float64)
-    problem_like = DAGMLP(num_nodes, hidden, bias, gamma=0.0)
+    problem_like = _ModelOnly(num_nodes, hidden, bias, gamma=0.0)
     theta = torch.where(problem_like.mask(model)[0], magnitude * sign, 0.0)[None]
     w1, b1, w2, b2 = (t[0] for t in problem_like._weights(model, theta))
     noise = torch.randn(num_rows, num_nodes, generator=gen, dtype=torch.float64) * noise_sd

@@ -128,3 +128,16 @@ def test_same_seed_same_fit(problem: LinearDAG) -> None:
     method = make_method("dagma", num_lambdas=1, lambda_min=0.01, lambda_max=0.01, progress=False)
     runs = [method.run(problem, Budget("smoke"), 3, CPU).diagnostics["weights"] for _ in range(2)]
     assert runs[0] == runs[1]
+
+
+def test_graph_on_a_two_word_dag_space_is_a_model_of_that_graph() -> None:
+    """On dag-mlp (models are (P, U) rows of two int64 words) the returned model's adjacency is DAGMA's graph."""
+    from problems.dag_mlp import SimulatedDAGMLP
+
+    problem = SimulatedDAGMLP(num_nodes=4, hidden=2, num_samples=64)
+    result = make_method("dagma", progress=False).run(problem, Budget("smoke"), 0, torch.device("cpu"))
+    assert result.status == "ok", result.reason
+    assert result.model_probs.index.shape == (1, 2)
+    graph = torch.tensor(result.diagnostics["graph"], dtype=torch.bool)
+    assert torch.equal(problem.adjacency(result.model_probs.index)[0], graph)
+    assert set(problem.task_metrics(result.model_probs, result.draws)) >= {"edge_f1", "shd"}
