@@ -36,6 +36,8 @@ def dag_tables(records: list[dict[str, Any]]) -> dict[str, pd.DataFrame]:
             continue
         rows = []
         for method, group in sub.groupby("method"):
+            if "edge_f1" not in set(group["metric"]):  # records made before the DAG metrics existed
+                continue
             row: dict[str, Any] = {"method": method, "source": "this run", "runs": int(group["seed"].nunique())}
             for metric, title in COLUMNS:
                 row[title], row[f"{title}_se"] = mean_and_se(group.loc[group["metric"] == metric, "value"])
