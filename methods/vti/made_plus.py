@@ -153,7 +153,7 @@ class MADEPlusSampler(AutoregressiveSampler):
 
     def _log_probs(self, values: Tensor, params: dict[str, Tensor] | None) -> Tensor:
         """log q(x_v = k | x_<v) for every variable and outcome, ``[B, V, K_max]``."""
-        raw = self.made(values.to(self.dtype)) if params is None else functional_call(self, params, (values,))
+        raw = self(values) if params is None else functional_call(self, params, (values,))
         pad = torch.tensor([-math.inf, 0.0], device=raw.device, dtype=raw.dtype).expand(raw.shape[0], 2)
         logits = torch.cat([raw, pad], -1)[:, self.gather]
         return torch.log_softmax(logits, -1)

@@ -182,30 +182,33 @@ class DAGMLP(Problem):
         """d^2."""
         return self.num_nodes**2
 
-    def _weights(self, model_index: Tensor, theta: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        device, dtype = theta.device, theta.dtype
-        upper = self.model_space.upper(model_index).to(dtype)  # [B, i, j]
-        has_parent = upper.amax(1)  # [B, j]
-        active = torch.where(self.mask(model_index), theta, 0.0)  # inactive entries carry no meaning (may be NaN)
-        padded = torch.cat([active, torch.zeros(theta.shape[0], 1, device=device, dtype=dtype)], -1)
-        get = self._device.get
-        w1 = padded[:, get("w1", device)] * upper.transpose(1, 2)[:, :, None, :]
-        b1 = padded[:, get("b1", device)] * has_parent[..., None]
-        w2 = padded[:, get("w2", device)] * has_parent[..., None]
-        b2 = padded[:, get("b2", device)] * has_parent
-        return w1, b1, w2, b2
+    def _weights(self, active: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """W1 ``[B, d, H, d]``, b1 and W2 ``[B, d, H]``, b2 ``[B, d]`` from parameters whose inactive entries are 0.
+
+        The mask already zeroes the W1 columns of absent edges and everything of parentless positions, and
+        entries that do not exist (i >= j, b1 without bias) read the zero column appended here.
+        """
+        padded = torch.cat([active, active.new_zeros(active.shape[0], 1)], -1)
+        device = active.device
+        return tuple(padded[:, self._device.get(name, device)] for name in ("w1", "b1", "w2", "b2"))
 
     def log_likelihood(self, model_index: Tensor, theta: Tensor) -> Tensor:
         """log p(X | P, U, theta) ``[B]`` in theta's dtype (Gaussian, known sigma; data sorted by P)."""
-        device, dtype = theta.device, theta.dtype
-        weights = self._weights(model_index, theta)
+        return self._log_likelihood(model_index, torch.where(self.mask(model_index), theta, 0.0))
+
+    def _log_likelihood(self, model_index: Tensor, active: Tensor) -> Tensor:
+        device, dtype = active.device, active.dtype
+        weights = self._weights(active)
         order = torch.argsort(self.model_space.positions(model_index), -1)  # node at each position
         data_t = self._device.get("data_t", device, dtype)  # [d, n]
-        total = torch.zeros(theta.shape[0], device=device, dtype=dtype)
+        total = torch.zeros(active.shape[0], device=device, dtype=dtype)
         n = data_t.shape[1]
+        # With several chunks under autograd, each chunk's activations are recomputed in the backward pass
+        # instead of kept, so memory is one chunk's worth.
+        recompute = torch.is_grad_enabled() and active.requires_grad and n > CHUNK_ROWS
         for start in range(0, n, CHUNK_ROWS):
             x_sorted = data_t[:, start : start + CHUNK_ROWS][order]  # [B, d, rows]
-            if torch.is_grad_enabled() and theta.requires_grad:
+            if recompute:
                 total = total + checkpoint(mlp_residuals, x_sorted, *weights, use_reentrant=False)
             else:
                 total = total + mlp_residuals(x_sorted, *weights)
@@ -215,9 +218,11 @@ class DAGMLP(Problem):
     def log_joint(self, model_index: Tensor, theta: Tensor) -> Tensor:
         """Model prior + N(0, tau^2) prior of the active parameters + likelihood."""
         mask = self.mask(model_index)
+        active = torch.where(mask, theta, 0.0)  # inactive entries carry no meaning (may be NaN)
         tau = self.prior_sd
-        log_prior = torch.where(mask, -0.5 * (theta / tau) ** 2 - math.log(tau) - 0.5 * LOG_2PI, 0.0).sum(-1)
-        value = self.log_model_prior(model_index).to(theta.dtype) + log_prior + self.log_likelihood(model_index, theta)
+        log_prior = torch.where(mask, -0.5 * (active / tau) ** 2 - math.log(tau) - 0.5 * LOG_2PI, 0.0).sum(-1)
+        likelihood = self._log_likelihood(model_index, active)
+        value = self.log_model_prior(model_index).to(theta.dtype) + log_prior + likelihood
         return torch.where(torch.isfinite(value), value, -math.inf)
 
     def sample_prior(self, model_index: Tensor, generator: torch.Generator) -> Tensor:
@@ -267,7 +272,7 @@ def simulate_mlp_dag(
     sign = torch.where(torch.rand(layout.dim, generator=gen) < 0.5, -1.0, 1.0).to(torch.float64)
     problem_like = _ModelOnly(num_nodes, hidden, bias, gamma=0.0)
     theta = torch.where(problem_like.mask(model)[0], magnitude * sign, 0.0)[None]
-    w1, b1, w2, b2 = (t[0] for t in problem_like._weights(model, theta))
+    w1, b1, w2, b2 = (t[0] for t in problem_like._weights(theta))
     noise = torch.randn(num_rows, num_nodes, generator=gen, dtype=torch.float64) * noise_sd
     x_pos = torch.zeros(num_rows, num_nodes, dtype=torch.float64)
     for j in range(num_nodes):
