@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -131,29 +133,62 @@ def build_parser() -> argparse.ArgumentParser:
         help="set a method option, e.g. vti-surrogate.flow='spline(4,6)' or rjmcmc-baseline.num_chains=2048 "
         "(repeatable; values are read as JSON when they parse, else as text)",
     )
+    parser.add_argument(
+        "--problem-option",
+        action="append",
+        default=[],
+        metavar="PROBLEM.NAME=VALUE",
+        help="set a problem's constructor argument, e.g. dag-mlp.data_seed=3 or dag-mlp.num_samples=256 "
+        "(repeatable; JSON values as for --option; such runs get their own records)",
+    )
     return parser
 
 
-def parse_method_options(items: list[str]) -> dict[str, dict[str, Any]]:
-    """``--option METHOD.NAME=VALUE`` flags as {method: {option: value}}, checked against the registry."""
-    methods = available_methods()
+def _parse_assignments(
+    items: list[str], flag: str, kind: str, valid: dict[str, str], fields_of: Callable[[str], list[str]], example: str
+) -> dict[str, dict[str, Any]]:
+    """``NAME.KEY=VALUE`` flags as {name: {key: value}}, names and keys checked; values read as JSON, else text."""
     options: dict[str, dict[str, Any]] = {}
     for item in items:
         target, sep, text = item.partition("=")
-        method_name, dot, key = target.rpartition(".")
+        name, dot, key = target.rpartition(".")
         if not sep or not dot:
-            raise UsageError(f"--option {item!r}: expected METHOD.NAME=VALUE, e.g. vti-surrogate.flow=affine(5,5)")
-        if method_name not in methods:
-            raise UsageError(f"--option {item!r}: unknown method {method_name!r}; valid methods: {', '.join(methods)}")
-        fields = [f.name for f in dataclasses.fields(method_class(method_name)) if f.name != "progress"]
+            raise UsageError(f"{flag} {item!r}: expected {kind.upper()}.NAME=VALUE, e.g. {example}")
+        if name not in valid:
+            raise UsageError(f"{flag} {item!r}: unknown {kind} {name!r}; valid {kind}s: {', '.join(valid)}")
+        fields = fields_of(name)
         if key not in fields:
-            raise UsageError(f"--option {item!r}: {method_name} has no option {key!r}; valid: {', '.join(fields)}")
+            raise UsageError(f"{flag} {item!r}: {name} has no option {key!r}; valid: {', '.join(fields) or 'none'}")
         try:
             value = json.loads(text)
         except json.JSONDecodeError:
             value = text
-        options.setdefault(method_name, {})[key] = value
+        options.setdefault(name, {})[key] = value
     return options
+
+
+def parse_method_options(items: list[str]) -> dict[str, dict[str, Any]]:
+    """``--option METHOD.NAME=VALUE`` flags as {method: {option: value}}, checked against the registry."""
+
+    def fields_of(name: str) -> list[str]:
+        return [f.name for f in dataclasses.fields(method_class(name)) if f.name != "progress"]
+
+    return _parse_assignments(
+        items, "--option", "method", available_methods(), fields_of, "vti-surrogate.flow=affine(5,5)"
+    )
+
+
+def parse_problem_options(items: list[str]) -> dict[str, dict[str, Any]]:
+    """``--problem-option PROBLEM.NAME=VALUE`` flags as {problem: {argument: value}}, checked against constructors."""
+
+    def fields_of(name: str) -> list[str]:
+        parameters = inspect.signature(problem_class(name).__init__).parameters.values()
+        keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        return [p.name for p in parameters if p.name != "self" and p.kind in keyword]
+
+    return _parse_assignments(
+        items, "--problem-option", "problem", available_problems(), fields_of, "dag-mlp.data_seed=3"
+    )
 
 
 def _parse_names(text: str, valid: dict[str, str], kind: str) -> list[str]:
@@ -191,8 +226,15 @@ def plan_runs(args: argparse.Namespace, device: torch.device) -> tuple[list[Plan
     methods = _parse_names(args.methods, available_methods(), "method")
     plan: list[PlannedRun] = []
     notes: list[Skipped] = []
+    problem_options = getattr(args, "problem_options", {})
+    unplanned = sorted(set(problem_options) - set(problems))
+    if unplanned:
+        raise UsageError(f"--problem-option for {', '.join(unplanned)}, which this run does not plan")
     for problem_name in problems:
-        problem = make_problem(problem_name)
+        try:
+            problem = make_problem(problem_name, **problem_options.get(problem_name, {}))
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"{problem_name}: {exc}") from None
         reason = problem.unavailable_reason()
         if reason:
             notes.append(Skipped(problem_name, None, reason))
@@ -236,6 +278,7 @@ def _seeds_for(method: Method, args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> torch.device:
     args.method_options = parse_method_options(args.option)
+    args.problem_options = parse_problem_options(args.problem_option)
     args.seeds_given = args.seeds is not None
     args.seeds = DEFAULT_SEEDS[args.profile] if args.seeds is None else args.seeds
     args.eval_draws = EVAL_DRAWS[args.profile] if args.eval_draws is None else args.eval_draws
@@ -268,7 +311,10 @@ def run_plan(plan: list[PlannedRun], args: argparse.Namespace, device: torch.dev
 
     def spec(run: PlannedRun) -> par.RunSpec:
         options = {**run.method.options(), "progress": False} if jobs > 1 else run.method.options()
-        return par.RunSpec(run.key, options, budget, str(device), args.eval_draws, args.out, jobs, threads)
+        problem_options = args.problem_options.get(run.key.problem, {})
+        return par.RunSpec(
+            run.key, options, budget, str(device), args.eval_draws, args.out, jobs, threads, problem_options
+        )
 
     by_key = {run.key.filename: run for run in todo}
     bar = tqdm(total=len(todo), desc="runs", unit="run", disable=args.no_progress or None)

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import json
 import multiprocessing
 import os
 import signal
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ class RunSpec:
     out: Path
     jobs: int
     threads: int
+    problem_options: dict[str, Any] = field(default_factory=dict)
 
 
 def usable_cores() -> int:
@@ -61,7 +63,7 @@ def default_jobs(device: torch.device) -> int:
     return 1 if device.type == "cuda" else max(1, min(8, usable_cores()))
 
 
-_GOLD: dict[str, Draws | None] = {}
+_GOLD: dict[tuple[str, str], Draws | None] = {}
 PR_SET_PDEATHSIG = 1
 
 
@@ -83,13 +85,14 @@ def _init_worker(threads: int) -> None:
 
 def run_spec(spec: RunSpec, problem: Problem | None = None, method: Method | None = None) -> tuple[str, str | None]:
     """Execute one run and write its record; returns (status, reason). Rebuilds problem/method when not given."""
-    problem = make_problem(spec.key.problem) if problem is None else problem
+    problem = make_problem(spec.key.problem, **spec.problem_options) if problem is None else problem
     method = make_method(spec.key.method, **spec.method_options) if method is None else method
-    if spec.key.problem not in _GOLD:
-        _GOLD[spec.key.problem] = gold_draws(problem, spec.eval_draws)
+    gold_key = (spec.key.problem, json.dumps(spec.problem_options, sort_keys=True))
+    if gold_key not in _GOLD:
+        _GOLD[gold_key] = gold_draws(problem, spec.eval_draws)
     device = torch.device(spec.device)
     plot_path = Path(spec.out) / "plots" / f"{Path(spec.key.filename).stem}.png"
-    record = execute(problem, method, spec.budget, spec.key.seed, device, _GOLD[spec.key.problem], plot_path)
+    record = execute(problem, method, spec.budget, spec.key.seed, device, _GOLD[gold_key], plot_path)
     record["config_hash"] = spec.key.config_hash
     record["run_config"] = spec.key.config
     record["parallel"] = {"jobs": spec.jobs, "threads_per_job": spec.threads}

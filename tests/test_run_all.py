@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from suite import parallel as par
 from suite.cli import _seeds_for, _validate, build_parser, main, plan_runs
+from suite.method import Budget
 from suite.registry import available_methods, make_method, make_problem
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,6 +43,11 @@ def test_list_shows_everything_registered(capsys: pytest.CaptureFixture) -> None
         ),
         (["--option", "vti-mcg.flwo=x"], "vti-mcg has no option 'flwo'; valid: "),
         (["--option", "vti-surrogate.flow=nope(1)"], "vti-surrogate on block-vs: unknown flow type 'nope(1)'"),
+        (["--problem-option", "sas"], "expected PROBLEM.NAME=VALUE"),
+        (["--problem-option", "nope.x=1"], "unknown problem 'nope'; valid problems: block-vs, "),
+        (["--problem-option", "dag-mlp.sampels=64"], "dag-mlp has no option 'sampels'; valid: num_nodes, hidden, "),
+        (["--problem-option", "dag-mlp.num_samples=64"], "--problem-option for dag-mlp, which this run does not plan"),
+        (["--problems", "dag-mlp", "--problem-option", "dag-mlp.num_samples=0"], "dag-mlp: need num_samples >= 1"),
     ],
 )
 def test_bad_input_is_refused_before_work(
@@ -114,6 +121,32 @@ def test_method_options_reach_the_method_and_the_run_key(tmp_path: Path) -> None
     assert plan[0].method.num_chains == 64 and plan[0].key.config["method_options"]["num_chains"] == 64
     default = build_parser().parse_args([*argv, "--out", str(tmp_path)])
     assert plan_runs(default, _validate(default))[0][0].key.filename != plan[0].key.filename
+
+
+def test_problem_options_reach_the_problem_and_the_run_key(tmp_path: Path) -> None:
+    argv = ["--problems", "dag-mlp", "--methods", "vti-mcg", "--seeds", "1", "--out", str(tmp_path)]
+    args = build_parser().parse_args([*argv, "--problem-option", "dag-mlp.num_samples=64"])
+    plan, _ = plan_runs(args, _validate(args))
+    assert plan[0].problem.data.shape[0] == 64 and plan[0].key.config["problem_config"]["num_samples"] == 64
+    default = build_parser().parse_args(argv)
+    assert plan_runs(default, _validate(default))[0][0].key.filename != plan[0].key.filename
+
+
+def test_workers_rebuild_the_problem_with_its_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker process gets names and options only: the problem it rebuilds carries the --problem-option values."""
+    seen = {}
+
+    def fake_execute(problem, method, budget, seed, device, gold, plot_path) -> dict:
+        seen["rows"] = problem.data.shape[0]
+        return {"status": "ok", "reason": None}
+
+    monkeypatch.setattr(par, "execute", fake_execute)
+    monkeypatch.setattr(par, "gold_draws", lambda problem, num: None)
+    argv = ["--problems", "dag-mlp", "--methods", "vti-mcg", "--seeds", "1", "--out", str(tmp_path)]
+    args = build_parser().parse_args([*argv, "--problem-option", "dag-mlp.num_samples=64"])
+    key = plan_runs(args, _validate(args))[0][0].key
+    par.run_spec(par.RunSpec(key, {}, Budget("smoke"), "cpu", 10, tmp_path, 2, 1, {"num_samples": 64}))
+    assert seen["rows"] == 64
 
 
 def test_methods_may_ask_for_fewer_default_seeds() -> None:

@@ -58,6 +58,10 @@ LOG_2PI = math.log(2 * math.pi)
 CHUNK_ROWS = 512
 #: Rows generated for every simulated data set; smaller n take the first rows (nested subsets, App. F.4).
 SIMULATED_ROWS = 1024
+#: Under autograd, chunk activations are recomputed in the backward pass (not kept) only when keeping those of
+#: all rows would take more than this (bytes of one [B, d, H, n] tensor): on a CPU at batch 256 and n = 1,024
+#: (105 MB in float32) recomputing cost a fifth of the likelihood's time for memory there is plenty of.
+CHECKPOINT_BYTES = 2**30
 SACHS_DATA = "sachs_cyto_full_data.csv"
 SACHS_EDGES = "sachs_target_edges.csv"
 
@@ -203,9 +207,12 @@ class DAGMLP(Problem):
         data_t = self._device.get("data_t", device, dtype)  # [d, n]
         total = torch.zeros(active.shape[0], device=device, dtype=dtype)
         n = data_t.shape[1]
-        # With several chunks under autograd, each chunk's activations are recomputed in the backward pass
-        # instead of kept, so memory is one chunk's worth.
-        recompute = torch.is_grad_enabled() and active.requires_grad and n > CHUNK_ROWS
+        # With several chunks of large activations under autograd, each chunk's activations are recomputed in the
+        # backward pass instead of kept, so memory is one chunk's worth.
+        activation_bytes = active.shape[0] * self.num_nodes * self.hidden * n * active.element_size()
+        recompute = (
+            torch.is_grad_enabled() and active.requires_grad and n > CHUNK_ROWS and activation_bytes > CHECKPOINT_BYTES
+        )
         for start in range(0, n, CHUNK_ROWS):
             x_sorted = data_t[:, start : start + CHUNK_ROWS][order]  # [B, d, rows]
             if recompute:

@@ -93,11 +93,33 @@ def test_rows_at_minus_infinity_are_dropped_without_poisoning_the_gradient(name:
         ({"context": "bits"}, "unknown context"),
         ({"num_iterations": 0}, "num_iterations must be positive"),
         ({"warmup_iterations": 10_000}, "warmup_iterations"),
+        ({"replicates": 0}, "replicates must be at least 1"),
     ],
 )
 def test_bad_settings_are_refused_before_work(options: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         make_method("vti-surrogate", **options).settings(make_problem("sas"), Budget("smoke"))
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_replicates_report_the_training_with_the_lowest_terminal_loss(name: str) -> None:
+    """VTI App. F.4's protocol: R trainings, the lowest terminal loss kept; replicate 0 is the plain run's seed."""
+    options = {"num_iterations": 60, "warmup_iterations": 10, "progress": False}
+    plain = make_method(name, **options).run(make_problem("sas"), Budget("smoke", num_draws=50), 3, CPU)
+    result = make_method(name, replicates=3, **options).run(make_problem("sas"), Budget("smoke", num_draws=50), 3, CPU)
+    assert plain.status == result.status == "ok", (plain.reason, result.reason)
+    losses = result.diagnostics["replicate_terminal_losses"]
+    assert len(losses) == 3 and len(set(losses)) == 3  # different seeds, different trainings
+    assert losses[0] == plain.diagnostics["final_loss"]  # same seed, same training
+    assert result.diagnostics["final_loss"] == min(losses)
+    assert losses[result.diagnostics["replicate_chosen"]] == min(losses)
+
+
+def test_replicates_fail_only_when_every_replicate_diverges() -> None:
+    problem = _NaNAfter(make_problem("sas"), start=0)
+    result = make_method("vti-mcg", replicates=2, progress=False).run(problem, Budget("smoke"), 0, CPU)
+    assert result.status == "failed" and result.reason.startswith("every replicate diverged")
+    assert result.reason.count("diverged at iteration") == 2
 
 
 def test_mcg_model_distribution_names_and_support() -> None:
@@ -131,11 +153,10 @@ def test_made_beyond_enumeration_reports_exact_q_at_the_models_it_draws() -> Non
 
 @pytest.mark.slow
 def test_made_and_categorical_model_distributions_agree_on_robust_vs() -> None:
-    """On robust-vs (2^7 models) vti-mcg's MADE and categorical q(m) agree (quick profile, seed 0).
+    """On robust-vs (2^7 models) vti-mcg's MADE and categorical q(m) agree to TV < 0.05 (issue 7; quick, seed 0).
 
-    The issue's bar is TV < 0.05; measured 0.051 (seed 0), with each 0.05-0.07 from the SMC reference (MADE
-    0.065-0.066 over seeds 0-2, categorical 0.053 at seed 0): the quick budget's own error, which neither a wider
-    MADE nor averaging its parameters over the last quarter of training reduced. The test holds them to 0.08.
+    Measured 0.0407 / 0.0410 at seeds 0 / 1 (each 0.045-0.068 from the SMC reference; two seeds of one
+    distribution differ by 0.01-0.015), so the bar leaves about 0.009 of margin.
     """
     from suite.metrics import total_variation
 
@@ -146,7 +167,7 @@ def test_made_and_categorical_model_distributions_agree_on_robust_vs() -> None:
         result = method.run(problem, Budget("quick", num_draws=100), 0, CPU)
         assert result.status == "ok", result.reason
         probs[kind] = result.model_probs
-    assert total_variation(probs["made"], probs["categorical"]) < 0.08
+    assert total_variation(probs["made"], probs["categorical"]) < 0.05
 
 
 def test_vti_mcg_runs_made_plus_on_a_multi_word_dag_space() -> None:

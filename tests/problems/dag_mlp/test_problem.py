@@ -8,6 +8,8 @@ import torch
 from problems.dag_mlp import problem as dag_problem
 from problems.dag_mlp.problem import DAGMLP, ParameterLayout, SachsDAGMLP, SimulatedDAGMLP
 
+ACTIVATION_CHECKPOINT = dag_problem.checkpoint
+
 
 def test_parameter_counts_match_the_authors_code() -> None:
     """549 for d = 10, H = 10 without b1; 385 for the Sachs d = 11, H = 5 with biases (spec section f)."""
@@ -73,7 +75,11 @@ def test_log_joint_matches_a_per_model_loop(bias: bool) -> None:
     torch.testing.assert_close(got, expected.to(got.dtype), rtol=1e-10, atol=1e-8)
 
 
-def test_chunked_likelihood_and_its_checkpointed_gradient_match_one_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("checkpoint_bytes", [0, 2**40])
+def test_chunked_likelihood_and_its_gradient_match_one_chunk(
+    monkeypatch: pytest.MonkeyPatch, checkpoint_bytes: int
+) -> None:
+    """Chunks of rows, with activations recomputed in the backward pass (bytes limit 0) or kept, change nothing."""
     problem = _small(True, rows=50)
     gen = torch.Generator().manual_seed(2)
     models = problem.model_space.sample_uniform(6, gen)
@@ -81,8 +87,12 @@ def test_chunked_likelihood_and_its_checkpointed_gradient_match_one_chunk(monkey
     whole = problem.log_joint(models, theta)
     (grad_whole,) = torch.autograd.grad(whole.sum(), theta)
     monkeypatch.setattr(dag_problem, "CHUNK_ROWS", 7)
+    monkeypatch.setattr(dag_problem, "CHECKPOINT_BYTES", checkpoint_bytes)
+    calls = []
+    monkeypatch.setattr(dag_problem, "checkpoint", lambda *a, **k: calls.append(1) or ACTIVATION_CHECKPOINT(*a, **k))
     chunked = problem.log_joint(models, theta)
     (grad_chunked,) = torch.autograd.grad(chunked.sum(), theta)
+    assert len(calls) == (8 if checkpoint_bytes == 0 else 0)  # 50 rows in chunks of 7
     torch.testing.assert_close(chunked, whole)
     torch.testing.assert_close(grad_chunked, grad_whole)
 
