@@ -122,6 +122,15 @@ def test_replicates_fail_only_when_every_replicate_diverges() -> None:
     assert result.reason.count("diverged at iteration") == 2
 
 
+def test_preset_sinh_arcsinh_flows_become_affine_on_large_problems() -> None:
+    """dag-mlp (549 coordinates) gets affine(3,3) from the quick preset's sas(3,3); a flow asked for is kept."""
+    large, small = make_problem("dag-mlp"), make_problem("robust-vs")
+    for name in METHODS:
+        assert make_method(name).settings(large, Budget("quick"))["flow"] == "affine(3,3)"
+        assert make_method(name).settings(small, Budget("quick"))["flow"] == "sas(3,3)"
+        assert make_method(name, flow="sas(3,3)").settings(large, Budget("quick"))["flow"] == "sas(3,3)"
+
+
 def test_mcg_model_distribution_names_and_support() -> None:
     with pytest.raises(ValueError, match="valid: auto, categorical, made"):
         make_method("vti-mcg", model_distribution="gumbel").settings(make_problem("sas"), Budget("smoke"))
