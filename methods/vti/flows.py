@@ -74,8 +74,9 @@ class FlowSpec:
 #: Widest context MLP (diag and sinh-arcsinh layers): ub2(2 x context) unless the context is a long one-hot code.
 MAX_CONTEXT_WIDTH = 256
 #: Above this saturated dimension the default MADE width is the authors' 128 of their DAG flows
-#: (``affine510f128``, d_max = 549) instead of ub2(2 d_max) (2048 there: 40M weights per layer).
-MAX_DEFAULT_WIDTH_DIM = 512
+#: (``affine510f128``, d_max = 549) instead of ub2(2 d_max) (2048 there: 40M weights per layer). Sachs (385)
+#: is above it too: at width 1024 the quick profile's learning rate diverged there in two iterations.
+MAX_DEFAULT_WIDTH_DIM = 256
 LARGE_DIM_WIDTH = 128
 
 

@@ -182,3 +182,11 @@ def test_flow_names_parse(name: str, expected: tuple[str, int, int]) -> None:
 def test_unknown_flow_names_list_the_valid_ones(name: str) -> None:
     with pytest.raises(ValueError, match=r"valid: diag, affine\(N,M\), spline\(N,M\), sas\(N,M\)"):
         FlowSpec.parse(name)
+
+
+@pytest.mark.parametrize(("dim", "width"), [(8, 16), (200, 512), (256, 512), (257, 128), (549, 128)])
+def test_default_made_width_is_twice_the_dimension_up_to_256_coordinates_then_128(dim: int, width: int) -> None:
+    """ub2(2 d_max) up to 256 coordinates; above, the authors' DAG width 128 (wider diverged on dag-mlp-sachs)."""
+    flow = build_flow(FlowSpec.parse("affine(1,1)"), dim, 4)
+    (layer,) = [module for module in flow.modules() if hasattr(module, "made")]
+    assert layer.made.final_layer.in_features == width
