@@ -112,12 +112,15 @@ class _VTIMethod(Method):
         chosen: _Training | None = None  # only the best training so far is kept (R flows could fill a GPU)
         terminal_losses: list[float | None] = []
         failures: list[DivergenceError] = []
+        iterations_done = 0  # over all replicates, diverged ones included, for the iteration rate
         for replicate in range(int(s["replicates"])):
             outcome = self._train(problem, s, seed, replicate, device, timer)
             if isinstance(outcome, DivergenceError):
                 failures.append(outcome)
                 terminal_losses.append(None)
+                iterations_done += outcome.iteration
                 continue
+            iterations_done += len(outcome.trace["loss"])
             terminal_losses.append(outcome.terminal_loss)
             if chosen is None or outcome.terminal_loss < chosen.terminal_loss:
                 chosen = outcome
@@ -152,9 +155,7 @@ class _VTIMethod(Method):
                 "flow": s["flow"],
                 "final_loss": chosen.terminal_loss,
                 "loss_trace": trace["loss"][:: max(iterations // 200, 1)],
-                "iterations_per_s": (len(terminal_losses) - len(failures)) * iterations / train_s
-                if train_s > 0
-                else math.nan,
+                "iterations_per_s": iterations_done / train_s if train_s > 0 else math.nan,
                 "num_flow_parameters": sum(p.numel() for p in flow.parameters()),
                 **replicate_diagnostics,
                 **sampler_diagnostics(sampler),
@@ -217,8 +218,8 @@ class _Training:
 
     @property
     def terminal_loss(self) -> float:
-        """Mean of the last 50 training losses (NaN-skipped iterations left out)."""
-        tail = [x for x in self.trace["loss"][-50:] if math.isfinite(x)]
+        """Mean of the last 50 training losses (the trace holds only iterations with a finite loss)."""
+        tail = self.trace["loss"][-50:]
         return sum(tail) / len(tail) if tail else math.inf
 
 
