@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from suite import checkpoints as ckpt
 from suite import parallel as par
 from suite import records as rec
 from suite.dag_tables import dag_tables, format_dag_table
@@ -115,7 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="gold-standard draws for cross-entropy (default: 2000 smoke, 10000 quick, 100000 paper)",
     )
     parser.add_argument("--out", type=Path, default=None, help="results folder (default: results/<profile>)")
-    parser.add_argument("--force", action="store_true", help="re-run runs that already have a record")
+    parser.add_argument(
+        "--force", action="store_true", help="re-run runs that already have a record (and drop their checkpoints)"
+    )
     parser.add_argument("--list", action="store_true", help="list registered problems and methods, then exit")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     parser.add_argument(
@@ -140,6 +143,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PROBLEM.NAME=VALUE",
         help="set a problem's constructor argument, e.g. dag-mlp.data_seed=3 or dag-mlp.num_samples=256 "
         "(repeatable; JSON values as for --option; such runs get their own records)",
+    )
+    parser.add_argument(
+        "--checkpoint-every",
+        type=float,
+        default=ckpt.DEFAULT_EVERY_S,
+        metavar="SECONDS",
+        help="seconds between saves of a long run's state under OUT/checkpoints, so that an interrupted run resumes "
+        f"where it was when run_all.py is called again (methods that support it: the VTI ones; default "
+        f"{ckpt.DEFAULT_EVERY_S:g}; 0: never save)",
     )
     return parser
 
@@ -287,6 +299,8 @@ def _validate(args: argparse.Namespace) -> torch.device:
     for flag, value in [*checks, ("--jobs", 1 if args.jobs is None else args.jobs)]:
         if value <= 0:
             raise UsageError(f"{flag} must be a positive integer, got {value}")
+    if not args.checkpoint_every >= 0:
+        raise UsageError(f"--checkpoint-every must be 0 (never save) or a positive number, got {args.checkpoint_every}")
     try:
         device = resolve_device(args.device)
         rec.check_writable(args.out)
@@ -300,6 +314,9 @@ def run_plan(plan: list[PlannedRun], args: argparse.Namespace, device: torch.dev
     """Execute unfinished runs (all with ``--force``), each record written as soon as its run is done."""
     rec.remove_stale_temporaries(args.out)
     todo = [run for run in plan if args.force or not rec.is_finished(args.out, run.key)]
+    if args.force:
+        for run in todo:
+            ckpt.checkpoint_path(args.out, run.key.filename).unlink(missing_ok=True)
     skipped = len(plan) - len(todo)
     if skipped:
         print(f"{skipped} of {len(plan)} runs already have records in {args.out} (use --force to re-run them)")
@@ -313,7 +330,16 @@ def run_plan(plan: list[PlannedRun], args: argparse.Namespace, device: torch.dev
         options = {**run.method.options(), "progress": False} if jobs > 1 else run.method.options()
         problem_options = args.problem_options.get(run.key.problem, {})
         return par.RunSpec(
-            run.key, options, budget, str(device), args.eval_draws, args.out, jobs, threads, problem_options
+            run.key,
+            options,
+            budget,
+            str(device),
+            args.eval_draws,
+            args.out,
+            jobs,
+            threads,
+            problem_options,
+            checkpoint_every_s=args.checkpoint_every,
         )
 
     by_key = {run.key.filename: run for run in todo}
@@ -411,7 +437,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         records = run_plan(plan, args, device)
     except KeyboardInterrupt:
-        print("\nInterrupted: finished runs are saved; run the same command again to resume.", file=sys.stderr)
+        print(
+            "\nInterrupted: finished runs are saved, and long trainings that save checkpoints continue from their last "
+            "one; run the same command again to resume.",
+            file=sys.stderr,
+        )
         return 130
     earlier = earlier_records(args, device, plan)
     if earlier:

@@ -43,6 +43,10 @@ class Budget:
             raise ValueError("num_draws must be positive")
 
 
+#: Timing key of the seconds earlier, interrupted attempts of a resumed run spent (added to its walltime).
+RESUMED_TIMING = "resumed"
+
+
 @dataclass
 class Result:
     """What a method returns for one run.
@@ -51,7 +55,10 @@ class Result:
     ``log_density`` is log q(m, theta_m) (needed for cross-entropy); None when
     the method has no density. ``sample_q`` draws afresh from that same
     density (variational methods); with it the suite measures the negative
-    ELBO. ``timings`` maps phase names (setup, train, sample) to seconds.
+    ELBO. ``timings`` maps phase names (setup, train, sample) to seconds; a
+    method that resumed from a checkpoint (:mod:`suite.checkpoints`) puts the
+    seconds its interrupted attempts spent under ``RESUMED_TIMING`` ("resumed"),
+    which the suite adds to the run's walltime.
     ``metrics_scope="task"`` marks a point estimate (e.g. one graph from an
     optimiser): it is scored only on the problem's own task metrics, never
     on model-probability errors against a posterior.

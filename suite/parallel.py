@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from suite import checkpoints as ckpt
 from suite import records as rec
 from suite.harness import tune_allocator
 from suite.method import Budget, Method
@@ -48,6 +49,8 @@ class RunSpec:
     jobs: int
     threads: int
     problem_options: dict[str, Any] = field(default_factory=dict)
+    #: Seconds between two saves of a resumable run's state (see :mod:`suite.checkpoints`); 0: never save.
+    checkpoint_every_s: float = ckpt.DEFAULT_EVERY_S
 
 
 def usable_cores() -> int:
@@ -92,11 +95,15 @@ def run_spec(spec: RunSpec, problem: Problem | None = None, method: Method | Non
         _GOLD[gold_key] = gold_draws(problem, spec.eval_draws)
     device = torch.device(spec.device)
     plot_path = Path(spec.out) / "plots" / f"{Path(spec.key.filename).stem}.png"
-    record = execute(problem, method, spec.budget, spec.key.seed, device, _GOLD[gold_key], plot_path)
+    path = ckpt.checkpoint_path(spec.out, spec.key.filename)
+    slot = ckpt.CheckpointSlot(path, spec.checkpoint_every_s) if spec.checkpoint_every_s > 0 else None
+    with ckpt.checkpoint_slot(slot):
+        record = execute(problem, method, spec.budget, spec.key.seed, device, _GOLD[gold_key], plot_path)
     record["config_hash"] = spec.key.config_hash
     record["run_config"] = spec.key.config
     record["parallel"] = {"jobs": spec.jobs, "threads_per_job": spec.threads}
     rec.write_record(spec.out, spec.key, record)
+    path.unlink(missing_ok=True)  # the record now holds the result; a failed run starts afresh when asked again
     return record["status"], record["reason"]
 
 

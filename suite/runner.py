@@ -13,7 +13,7 @@ import torch
 
 from suite import metrics
 from suite.harness import PeakMemory, PhaseTimer, environment
-from suite.method import Budget, Method, Result
+from suite.method import RESUMED_TIMING, Budget, Method, Result
 from suite.model_space import model_keys
 from suite.problem import Problem
 from suite.reference import store as reference_store
@@ -158,6 +158,8 @@ def execute(
             plot = problem.plot_result(result.model_probs, result.draws, plot_path)
         except Exception as exc:  # a picture that cannot be drawn must not cost the run its record
             warnings.warn(f"{problem.name} / {method.name}: plot_result failed: {exc}", stacklevel=2)
+    # A run resumed from a checkpoint also spent the seconds of its interrupted attempts.
+    method_wall += float(result.timings.get(RESUMED_TIMING, 0.0))
     timings = {**result.timings, **timer.timings, "method_total": method_wall}
     scores["walltime_s"] = metrics.Estimate(method_wall)
 

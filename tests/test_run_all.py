@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from suite import checkpoints as ckpt
 from suite import parallel as par
 from suite.cli import _seeds_for, _validate, build_parser, main, plan_runs
 from suite.method import Budget
+from suite.records import RunKey
 from suite.registry import available_methods, make_method, make_problem
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,6 +50,7 @@ def test_list_shows_everything_registered(capsys: pytest.CaptureFixture) -> None
         (["--problem-option", "dag-mlp.sampels=64"], "dag-mlp has no option 'sampels'; valid: num_nodes, hidden, "),
         (["--problem-option", "dag-mlp.num_samples=64"], "--problem-option for dag-mlp, which this run does not plan"),
         (["--problems", "dag-mlp", "--problem-option", "dag-mlp.num_samples=0"], "dag-mlp: need num_samples >= 1"),
+        (["--checkpoint-every", "-5"], "--checkpoint-every must be 0 (never save) or a positive number"),
     ],
 )
 def test_bad_input_is_refused_before_work(
@@ -147,6 +150,81 @@ def test_workers_rebuild_the_problem_with_its_options(tmp_path: Path, monkeypatc
     key = plan_runs(args, _validate(args))[0][0].key
     par.run_spec(par.RunSpec(key, {}, Budget("smoke"), "cpu", 10, tmp_path, 2, 1, {"num_samples": 64}))
     assert seen["rows"] == 64
+
+
+@pytest.mark.parametrize("every", [120.0, 0.0])
+def test_runs_get_a_checkpoint_slot_that_is_removed_with_the_record(
+    every: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = {}
+
+    def fake_execute(problem, method, budget, seed, device, gold, plot_path) -> dict:
+        seen["slot"] = slot = ckpt.current_slot()
+        if slot is not None:
+            slot.save({"partial": True})
+            assert slot.load() == {"partial": True}
+        return {"status": "ok", "reason": None}
+
+    monkeypatch.setattr(par, "execute", fake_execute)
+    monkeypatch.setattr(par, "gold_draws", lambda problem, num: None)
+    key = RunKey("sas", "vti-mcg", 0, {"x": 1})
+    par.run_spec(par.RunSpec(key, {}, Budget("smoke"), "cpu", 10, tmp_path, 1, 1, checkpoint_every_s=every))
+    if every:
+        assert seen["slot"] == ckpt.CheckpointSlot(ckpt.checkpoint_path(tmp_path, key.filename), every)
+        assert seen["slot"].path.parent == tmp_path / "checkpoints"
+    else:
+        assert seen["slot"] is None
+    assert (tmp_path / "records" / key.filename).is_file()
+    assert not list((tmp_path / "checkpoints").glob("*")) if every else not (tmp_path / "checkpoints").exists()
+    assert ckpt.current_slot() is None  # offered only during the run
+
+
+class _Killed(KeyboardInterrupt):
+    """Stands for the process being stopped right after a checkpoint save."""
+
+
+def _stop_after_saves(monkeypatch: pytest.MonkeyPatch, saves: int) -> None:
+    real_save, count = ckpt.CheckpointSlot.save, []
+
+    def save(self: ckpt.CheckpointSlot, state: dict) -> None:
+        real_save(self, state)
+        count.append(1)
+        if len(count) == saves:
+            raise _Killed
+
+    monkeypatch.setattr(ckpt.CheckpointSlot, "save", save)
+
+
+def test_an_interrupted_vti_run_resumes_from_its_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """run_all.py again after an interrupt: same record numbers as an uninterrupted run, walltime of both parts."""
+    common = ["--problems", "sas", "--methods", "vti-mcg", "--profile", "smoke", "--seeds", "1", "--no-progress"]
+    common += ["--eval-draws", "300", "--jobs", "1", "--checkpoint-every", "1e-9"]
+    assert main([*common, "--out", str(tmp_path / "plain")]) == 0
+    out = tmp_path / "resumed"
+    _stop_after_saves(monkeypatch, 60)
+    assert main([*common, "--out", str(out)]) == 130
+    assert "continue from their last one" in capsys.readouterr().err
+    assert len(list((out / "checkpoints").glob("*.pt"))) == 1 and not list((out / "records").glob("*.json"))
+    monkeypatch.undo()
+    assert main([*common, "--out", str(out)]) == 0
+    (plain,) = [json.loads(p.read_text()) for p in (tmp_path / "plain" / "records").glob("*.json")]
+    (resumed,) = [json.loads(p.read_text()) for p in (out / "records").glob("*.json")]
+    assert resumed["diagnostics"]["resumed_from"] == {"replicate": 0, "iteration": 60}
+    assert "model_prob_tv" in plain["metrics"]
+    for metric in plain["metrics"].keys() - {"walltime_s"}:
+        assert resumed["metrics"][metric] == plain["metrics"][metric], metric
+    assert resumed["timings_s"]["method_total"] >= resumed["timings_s"]["resumed"] > 0
+    assert not list((out / "checkpoints").glob("*"))  # removed with the record
+
+    # --force starts afresh: the checkpoint of an interrupted attempt is dropped.
+    _stop_after_saves(monkeypatch, 30)
+    assert main([*common, "--out", str(out), "--force"]) == 130
+    monkeypatch.undo()
+    assert main([*common, "--out", str(out), "--force"]) == 0
+    (forced,) = [json.loads(p.read_text()) for p in (out / "records").glob("*.json")]
+    assert "resumed_from" not in forced["diagnostics"]
 
 
 def test_methods_may_ask_for_fewer_default_seeds() -> None:

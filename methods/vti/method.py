@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import time
+import warnings
 from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,8 +19,9 @@ from methods.vti.flows import FlowSpec, build_flow
 from methods.vti.made_plus import DiscreteVectorSpace, MADEPlusSampler, default_sfe_lr
 from methods.vti.model_samplers import CategoricalSampler, MADEBinarySampler, ModelSampler, SurrogateSampler
 from methods.vti.training import DivergenceError, TrainSettings, train
+from suite import checkpoints as ckpt
 from suite.harness import PhaseTimer
-from suite.method import Budget, Method, Result
+from suite.method import RESUMED_TIMING, Budget, Method, Result
 from suite.model_space import BinarySpace
 from suite.problem import Problem
 from suite.registry import register_method
@@ -106,31 +109,40 @@ class _VTIMethod(Method):
         With ``replicates=R > 1`` the run trains R times from the seeds :func:`replicate_seed` derives from
         ``seed`` and reports the training with the lowest terminal loss (mean of its last 50 losses), the
         protocol of VTI App. F.4; the walltime covers all R. Replicate 0 is the single run of the same seed.
+
+        When the harness offers a checkpoint slot (:mod:`suite.checkpoints`), the state of the training in
+        progress is saved every few minutes and after each replicate, and a later attempt of the same run
+        continues from it with the same result as an uninterrupted run.
         """
         s = self.settings(problem, budget)
         timer = PhaseTimer(device)
-        chosen: _Training | None = None  # only the best training so far is kept (R flows could fill a GPU)
-        terminal_losses: list[float | None] = []
-        failures: list[DivergenceError] = []
-        iterations_done = 0  # over all replicates, diverged ones included, for the iteration rate
-        for replicate in range(int(s["replicates"])):
-            outcome = self._train(problem, s, seed, replicate, device, timer)
+        attempt_start = time.perf_counter()
+        progress = _Progress(ckpt.current_slot(), self._checkpoint_identity(problem, s, seed))
+        resumed_s = progress.resumed_s
+        chosen = progress.restore_best(lambda r: self._build(problem, s, seed, r, device, timer))
+        for replicate in range(len(progress.finished), int(s["replicates"])):
+            outcome = self._train(problem, s, seed, replicate, device, timer, progress, attempt_start)
             if isinstance(outcome, DivergenceError):
-                failures.append(outcome)
-                terminal_losses.append(None)
-                iterations_done += outcome.iteration
-                continue
-            iterations_done += len(outcome.trace["loss"])
-            terminal_losses.append(outcome.terminal_loss)
-            if chosen is None or outcome.terminal_loss < chosen.terminal_loss:
-                chosen = outcome
-        if chosen is None:
-            if len(failures) == 1:
-                reason = str(failures[0])
+                progress.finish(replicate, None, str(outcome))
             else:
-                reason = "every replicate diverged: " + "; ".join(f"replicate {r}: {e}" for r, e in enumerate(failures))
-            iteration = failures[-1].iteration
-            return Result.failed(reason, diagnostics={"iteration": iteration}, timings=dict(timer.timings))
+                progress.finish(replicate, outcome.terminal_loss, None)
+                if chosen is None or outcome.terminal_loss < chosen.terminal_loss:
+                    chosen = outcome
+            if replicate + 1 < int(s["replicates"]):
+                progress.save(chosen, None, resumed_s + time.perf_counter() - attempt_start)
+        terminal_losses = [loss for loss, _ in progress.finished]
+        failures = [why for _, why in progress.finished if why is not None]
+        iterations_done = progress.iterations_this_attempt
+        resumed = {RESUMED_TIMING: resumed_s} if progress.resumed_from is not None else {}
+        if chosen is None:
+            reason = (
+                failures[0]
+                if len(failures) == 1
+                else "every replicate diverged: "
+                + "; ".join(f"replicate {r}: {why}" for r, (_, why) in enumerate(progress.finished))
+            )
+            diagnostics = {"iteration": progress.last_failure_iteration}
+            return Result.failed(reason, diagnostics=diagnostics, timings={**timer.timings, **resumed})
         flow, sampler, trace, generator = chosen.flow, chosen.sampler, chosen.trace, chosen.generator
         with timer.phase("sample"), torch.no_grad():
             model_probs, log_q_model = _posterior_model_probs(problem, sampler, generator)
@@ -145,8 +157,10 @@ class _VTIMethod(Method):
             replicate_diagnostics = {
                 "replicate_chosen": chosen.replicate,
                 "replicate_terminal_losses": terminal_losses,  # None: diverged
-                "replicate_failures": [str(e) for e in failures],
+                "replicate_failures": failures,
             }
+        if progress.resumed_from is not None:
+            replicate_diagnostics["resumed_from"] = progress.resumed_from
         return Result(
             model_probs=model_probs,
             draws=draws,
@@ -155,20 +169,32 @@ class _VTIMethod(Method):
                 "flow": s["flow"],
                 "final_loss": chosen.terminal_loss,
                 "loss_trace": trace["loss"][:: max(iterations // 200, 1)],
+                # iterations of this attempt (all replicates, diverged ones too) over its training seconds
                 "iterations_per_s": iterations_done / train_s if train_s > 0 else math.nan,
                 "num_flow_parameters": sum(p.numel() for p in flow.parameters()),
                 **replicate_diagnostics,
                 **sampler_diagnostics(sampler),
             },
-            timings=dict(timer.timings),
+            timings={**timer.timings, **resumed},
             device=str(device),
             dtype=self.dtype,
         )
 
-    def _train(
+    def _checkpoint_identity(self, problem: Problem, s: dict[str, Any], seed: int) -> dict[str, Any]:
+        """What a saved state must match to be continued: method, problem, resolved settings (bar the progress bar)."""
+        settings = {key: value for key, value in s.items() if key != "progress"}
+        return {
+            "method": self.name,
+            "problem": problem.name,
+            "config": problem.config(),
+            "settings": settings,
+            "seed": seed,
+        }
+
+    def _build(
         self, problem: Problem, s: dict[str, Any], seed: int, replicate: int, device: torch.device, timer: PhaseTimer
-    ) -> _Training | DivergenceError:
-        """One training (replicate ``replicate`` of ``seed``): build flow and sampler, optimise; or the divergence."""
+    ) -> _Training:
+        """A fresh flow and sampler for replicate ``replicate`` of ``seed`` (nothing trained yet)."""
         dtype = self.torch_dtype
         seed = replicate_seed(seed, replicate)
         spec = FlowSpec.parse(s["flow"])
@@ -179,6 +205,22 @@ class _VTIMethod(Method):
             flow = build_flow(spec, problem.dim_max, context_dim, s["hidden"]).to(device, dtype)
             log_prior = _log_model_prior_table(problem, device)
             sampler = self.make_sampler(problem, s, log_prior, device)
+        return _Training(flow, sampler, context_of, {"loss": []}, generator, replicate)
+
+    def _train(
+        self,
+        problem: Problem,
+        s: dict[str, Any],
+        seed: int,
+        replicate: int,
+        device: torch.device,
+        timer: PhaseTimer,
+        progress: _Progress,
+        attempt_start: float,
+    ) -> _Training | DivergenceError:
+        """One training (replicate ``replicate`` of ``seed``): build flow and sampler, optimise; or the divergence."""
+        built = self._build(problem, s, seed, replicate, device, timer)
+        spec = FlowSpec.parse(s["flow"])
         train_settings = TrainSettings(
             num_iterations=int(s["num_iterations"]),
             batch_size=int(s["batch_size"]),
@@ -188,12 +230,108 @@ class _VTIMethod(Method):
             decay=self.decay,
             warmup_iterations=int(s["warmup_iterations"]),
         )
+        resume = progress.take_current(replicate)
+        start = 0 if resume is None else int(resume["next_iteration"])
+
+        def save(trainer_state: dict[str, Any]) -> None:
+            progress.save(None, (replicate, trainer_state), progress.resumed_s + time.perf_counter() - attempt_start)
+
         try:
             with timer.phase("train"):
-                trace = train(problem, flow, sampler, context_of, train_settings, generator, s["progress"], self.name)
+                trace = train(
+                    problem,
+                    built.flow,
+                    built.sampler,
+                    built.context_of,
+                    train_settings,
+                    built.generator,
+                    s["progress"],
+                    self.name,
+                    resume=resume,
+                    save=save if progress.slot else None,
+                    save_every_s=progress.slot.every_s if progress.slot else math.inf,
+                )
         except DivergenceError as err:
+            progress.count_iterations(err.iteration - start, failed_at=err.iteration)
             return err
-        return _Training(flow, sampler, context_of, trace, generator, replicate)
+        progress.count_iterations(train_settings.num_iterations - start)
+        built.trace = trace
+        return built
+
+
+class _Progress:
+    """The replicates of one run finished so far and the checkpoint they are saved to (if the harness gave one)."""
+
+    def __init__(self, slot: ckpt.CheckpointSlot | None, identity: dict[str, Any]) -> None:
+        self.slot, self.identity = slot, identity
+        self.finished: list[tuple[float | None, str | None]] = []  # (terminal loss or None, divergence or None)
+        self.resumed_s = 0.0
+        self.resumed_from: dict[str, int] | None = None
+        self.iterations_this_attempt = 0
+        self.last_failure_iteration: int | None = None
+        self._best: dict[str, Any] | None = None  # saved final state of the best finished replicate
+        self._current: tuple[int, dict[str, Any]] | None = None  # saved state of the replicate in progress
+        state = slot.load() if slot is not None else None
+        if state is None:
+            return
+        if state.get("identity") != identity:
+            warnings.warn(
+                f"checkpoint {slot.path} was saved by a different configuration; starting afresh", stacklevel=3
+            )
+            return
+        self.finished = [tuple(item) for item in state["finished"]]
+        self.resumed_s = float(state["elapsed_s"])
+        self._best, self._current = state["best"], state["current"]
+        next_iteration = 0 if self._current is None else int(self._current[1]["next_iteration"])
+        self.resumed_from = {"replicate": len(self.finished), "iteration": next_iteration}
+
+    def restore_best(self, build: Callable[[int], _Training]) -> _Training | None:
+        """The best finished replicate of an earlier attempt, rebuilt from its saved state (None: none yet)."""
+        if self._best is None:
+            return None
+        best = build(int(self._best["replicate"]))
+        best.flow.load_state_dict(self._best["flow"])
+        best.sampler.load_state_dict(self._best["sampler"])
+        best.generator.set_state(self._best["generator"])
+        best.trace = {name: list(values) for name, values in self._best["trace"].items()}
+        return best
+
+    def take_current(self, replicate: int) -> dict[str, Any] | None:
+        """The saved trainer state of ``replicate`` if an earlier attempt was part way through it (used once)."""
+        current, self._current = self._current, None
+        return current[1] if current is not None and current[0] == replicate else None
+
+    def count_iterations(self, iterations: int, failed_at: int | None = None) -> None:
+        """Book the iterations this attempt ran (and where a replicate diverged)."""
+        self.iterations_this_attempt += max(iterations, 0)
+        if failed_at is not None:
+            self.last_failure_iteration = failed_at
+
+    def finish(self, replicate: int, terminal_loss: float | None, failure: str | None) -> None:
+        """Record that ``replicate`` ended, with its terminal loss or why it diverged."""
+        assert replicate == len(self.finished)
+        self.finished.append((terminal_loss, failure))
+
+    def save(self, best: _Training | None, current: tuple[int, dict[str, Any]] | None, elapsed_s: float) -> None:
+        """Save the finished replicates, the best one's final state and the replicate in progress (if any)."""
+        if self.slot is None:
+            return
+        if best is not None:
+            self._best = {
+                "replicate": best.replicate,
+                "flow": best.flow.state_dict(),
+                "sampler": best.sampler.state_dict(),
+                "generator": best.generator.get_state(),
+                "trace": best.trace,
+            }
+        state = {
+            "identity": self.identity,
+            "finished": [list(item) for item in self.finished],
+            "best": self._best,
+            "current": current,
+            "elapsed_s": elapsed_s,
+        }
+        self.slot.save(state)
 
 
 #: Seed offset between replicates (a large odd number, so replicate seeds of nearby run seeds do not collide).

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -71,6 +72,18 @@ class ModelSampler(nn.Module, ABC):
             self.register_buffer("log_model_prior", log_model_prior.detach().to(self.device, torch.float64).clone())
         else:
             self.register_buffer("log_model_prior", None)
+
+    #: Plain Python attributes that change during training; kept in ``state_dict`` (as extra state) for resuming.
+    resumable_attributes: ClassVar[tuple[str, ...]] = ("last_diagnostics",)
+
+    def get_extra_state(self) -> dict[str, Any]:
+        """The training state that is not a tensor (counters, running means), for :meth:`state_dict`."""
+        return {name: getattr(self, name) for name in self.resumable_attributes}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`get_extra_state` returned."""
+        for name in self.resumable_attributes:
+            setattr(self, name, state[name])
 
     def prior_log_prob(self, model_index: Tensor) -> Tensor:
         """log p(m) of each index, float64."""
@@ -416,6 +429,13 @@ class ScoreFunctionSampler(ModelSampler):
         self.num_steps = 0
         self._num_batches = 0
         self._running_loss = 0.0
+
+    resumable_attributes: ClassVar[tuple[str, ...]] = (
+        *ModelSampler.resumable_attributes,
+        "num_steps",
+        "_num_batches",
+        "_running_loss",
+    )
 
     def lr_multiplier(self) -> float:
         """Factor applied to sfe_lr for this parameterisation."""

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -102,6 +104,32 @@ class Trainer:
         self.bad = 0
         self.trace: dict[str, list[float]] = {"loss": [], "grad_norm": [], "finite_fraction": []}
 
+    def state_dict(self, next_iteration: int) -> dict[str, Any]:
+        """Everything needed to continue this optimisation at ``next_iteration`` exactly as if never stopped."""
+        return {
+            "next_iteration": next_iteration,
+            "flow": self.flow.state_dict(),
+            "sampler": self.sampler.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "generator": self.generator.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "bad": self.bad,
+            "trace": {name: list(values) for name, values in self.trace.items()},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> int:
+        """Restore a :meth:`state_dict`; returns the iteration to continue from."""
+        self.flow.load_state_dict(state["flow"])
+        self.sampler.load_state_dict(state["sampler"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.generator.set_state(state["generator"])
+        torch.set_rng_state(state["torch_rng"])
+        self.bad = int(state["bad"])
+        self.trace = {name: list(values) for name, values in state["trace"].items()}
+        return int(state["next_iteration"])
+
     def _skip(self, iteration: int, why: str) -> None:
         self.bad += 1
         if self.bad >= MAX_BAD_ITERATIONS:
@@ -160,6 +188,9 @@ def train(
     generator: torch.Generator,
     progress: bool = False,
     label: str = "vti",
+    resume: dict[str, Any] | None = None,
+    save: Callable[[dict[str, Any]], None] | None = None,
+    save_every_s: float = math.inf,
 ) -> dict[str, list[float]]:
     """Optimise the flow and the model sampler jointly; returns per-iteration traces.
 
@@ -171,17 +202,27 @@ def train(
     and the score-function sampler abandons them just as fast. This warm-up is
     our addition; ``warmup_iterations=0`` reproduces the authors' loop.
 
+    With ``save``, the trainer's :meth:`Trainer.state_dict` is handed to it
+    every ``save_every_s`` seconds; ``resume`` (such a state) continues that
+    optimisation where it was saved, with the same result as an uninterrupted
+    run (the random generators are part of the state).
+
     Raises DivergenceError when no finite loss or gradient is seen for
     ``MAX_BAD_ITERATIONS`` iterations in a row, when a loss explodes, or when
     the flow's parameters stop being finite.
     """
     trainer = Trainer(problem, flow, sampler, context_of, s, generator)
-    bar = tqdm(total=s.num_iterations, desc=label, disable=not progress, leave=False, mininterval=1.0)
-    for iteration in range(s.num_iterations):
+    start = 0 if resume is None else trainer.load_state_dict(resume)
+    bar = tqdm(total=s.num_iterations, initial=start, desc=label, disable=not progress, leave=False, mininterval=1.0)
+    last_save = time.monotonic()
+    for iteration in range(start, s.num_iterations):
         loss = trainer.step(iteration)
         if iteration % 50 == 0:
             bar.set_postfix(loss=f"{loss:.4g}", refresh=False)
         bar.update(1)
+        if save is not None and time.monotonic() - last_save >= save_every_s and iteration + 1 < s.num_iterations:
+            save(trainer.state_dict(iteration + 1))
+            last_save = time.monotonic()
     bar.close()
     if not all(bool(torch.isfinite(p).all()) for p in trainer.params):
         raise DivergenceError(s.num_iterations, "flow parameters are not finite")
