@@ -18,7 +18,7 @@ from methods.vti.cosmic import CoSMICFlow
 from methods.vti.flows import FlowSpec, build_flow
 from methods.vti.made_plus import DiscreteVectorSpace, MADEPlusSampler, default_sfe_lr
 from methods.vti.model_samplers import CategoricalSampler, MADEBinarySampler, ModelSampler, SurrogateSampler
-from methods.vti.training import DivergenceError, TrainSettings, train
+from methods.vti.training import EXPLODED_LOSS, DivergenceError, TrainSettings, train
 from suite import checkpoints as ckpt
 from suite.harness import PhaseTimer
 from suite.method import RESUMED_TIMING, Budget, Method, Result
@@ -171,6 +171,7 @@ class _VTIMethod(Method):
                 "loss_trace": trace["loss"][:: max(iterations // 200, 1)],
                 # iterations of this attempt (all replicates, diverged ones too) over its training seconds
                 "iterations_per_s": iterations_done / train_s if train_s > 0 else math.nan,
+                "exploded_iterations": sum(loss > EXPLODED_LOSS for loss in trace["loss"]),
                 "num_flow_parameters": sum(p.numel() for p in flow.parameters()),
                 **replicate_diagnostics,
                 **sampler_diagnostics(sampler),

@@ -86,6 +86,35 @@ def test_rows_at_minus_infinity_are_dropped_without_poisoning_the_gradient(name:
     assert abs(result.model_probs.total() - 1.0) < 1e-9
 
 
+class _ExplodingBatches(_NaNAfter):
+    """Wraps a problem so that one draw of each log-joint call from ``start`` to ``stop`` is 1e15 nats too low."""
+
+    def __init__(self, problem, start: int, stop: int) -> None:
+        super().__init__(problem, start)
+        self.stop = stop
+
+    def log_joint(self, model_index: Tensor, theta: Tensor) -> Tensor:
+        self.calls += 1
+        out = self.problem.log_joint(model_index, theta)
+        if self.start < self.calls <= self.stop:
+            out = out - torch.nn.functional.one_hot(torch.tensor(0), len(out)).to(out.dtype) * 1e15
+        return out
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_a_few_exploded_batches_are_learnt_from_and_a_run_of_them_ends_the_training(name: str) -> None:
+    """One draw 1e15 nats out: its clipped step is taken and counted; 20 such batches in a row mean divergence."""
+    method = make_method(name, progress=False)
+    transient = method.run(_ExplodingBatches(make_problem("sas"), 50, 53), Budget("smoke"), 0, CPU)
+    assert transient.status == "ok", transient.reason
+    assert transient.diagnostics["exploded_iterations"] == 3
+    plain = method.run(make_problem("sas"), Budget("smoke"), 0, CPU)
+    assert plain.diagnostics["exploded_iterations"] == 0
+    persistent = method.run(_ExplodingBatches(make_problem("sas"), 50, 10**9), Budget("smoke"), 0, CPU)
+    assert persistent.status == "failed" and "loss above 1e+12 for 20 iterations" in persistent.reason
+    assert persistent.diagnostics["iteration"] == 50 + 20 - 1
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
