@@ -68,17 +68,16 @@ def test_an_interrupted_training_resumes_to_the_uninterrupted_result(
     assert resumed.diagnostics["iterations_per_s"] > 0
 
 
-@pytest.mark.parametrize("saves", [1, 2])
+# Saves with a long interval happen only at replicate ends, so the first one follows replicate 0. With a save after
+# every iteration, replicate 0 makes 39 in-loop saves (none after its last iteration) and one at its end, so save 45
+# is 5 iterations into replicate 1.
+@pytest.mark.parametrize(("every_s", "saves", "iteration"), [(3600.0, 1, 0), (1e-9, OPTIONS["num_iterations"] + 5, 5)])
 def test_replicates_resume_with_the_finished_ones_kept(
-    saves: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    every_s: float, saves: int, iteration: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Interrupted right after replicate 0 (saves=1, no save within it) or inside replicate 1 (saves=2)."""
+    """Interrupted right after replicate 0, or part way through replicate 1."""
     plain = _run("vti-mcg", None, replicates=3)
-    slot = ckpt.CheckpointSlot(tmp_path / "run.pt", every_s=3600.0)
-    # With a long interval the only saves are at replicate ends; within-replicate saves need a short one.
-    if saves == 2:
-        slot = ckpt.CheckpointSlot(tmp_path / "run.pt", every_s=1e-9)
-        saves = OPTIONS["num_iterations"] - 1 + 1 + 5  # replicate 0's 39 in-loop saves, its end, 5 into replicate 1
+    slot = ckpt.CheckpointSlot(tmp_path / "run.pt", every_s=every_s)
     _interrupt_after(monkeypatch, saves)
     with pytest.raises(_Interrupted):
         _run("vti-mcg", slot, replicates=3)
@@ -87,7 +86,7 @@ def test_replicates_resume_with_the_finished_ones_kept(
     _assert_same(resumed, plain)
     for key in ("replicate_terminal_losses", "replicate_chosen"):
         assert resumed.diagnostics[key] == plain.diagnostics[key]
-    assert resumed.diagnostics["resumed_from"]["replicate"] == 1
+    assert resumed.diagnostics["resumed_from"] == {"replicate": 1, "iteration": iteration}
 
 
 def test_a_checkpoint_of_another_configuration_is_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
