@@ -63,10 +63,6 @@ class CheckpointSlot:
             Path(tmp).unlink(missing_ok=True)
             raise
 
-    def discard(self) -> None:
-        """Delete the saved state (once the run's record is written)."""
-        self.path.unlink(missing_ok=True)
-
 
 def checkpoint_path(out: Path, record_filename: str) -> Path:
     """The checkpoint file of the run whose record is ``record_filename`` under results folder ``out``."""
