@@ -40,6 +40,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
@@ -64,6 +65,10 @@ SIMULATED_ROWS = 1024
 CHECKPOINT_BYTES = 2**30
 SACHS_DATA = "sachs_cyto_full_data.csv"
 SACHS_EDGES = "sachs_target_edges.csv"
+#: What a flow conditions on. ``adjacency`` (the authors'): the flattened ``A = P^T U P``, which does not say which
+#: node sits at which position when A has several topological orders, although the parameters are indexed by
+#: position. ``positions``: U over positions (which parameter blocks are active) and the one-hot node-to-position map.
+FLOW_CONTEXTS = ("adjacency", "positions")
 
 
 class ParameterLayout:
@@ -117,7 +122,8 @@ class DAGMLP(Problem):
     """Bayesian non-linear SEM over DAGs (P, U) with one-hidden-layer MLP conditionals (VTI App. F).
 
     Subclasses supply the data (``_load``); ``num_nodes``, ``hidden``, ``bias``, ``gamma`` (edge penalty),
-    ``noise_sd`` (sigma) and ``prior_sd`` (tau) define the model.
+    ``noise_sd`` (sigma) and ``prior_sd`` (tau) define the model. ``flow_context`` chooses what a flow
+    conditions on (:data:`FLOW_CONTEXTS`); it changes no density.
     """
 
     main_metric: ClassVar[str] = "shd"
@@ -126,10 +132,20 @@ class DAGMLP(Problem):
     profiles: ClassVar[tuple[str, ...]] = ("paper",)
 
     def __init__(
-        self, num_nodes: int, hidden: int, bias: bool, gamma: float, noise_sd: float = 1.0, prior_sd: float = 1.0
+        self,
+        num_nodes: int,
+        hidden: int,
+        bias: bool,
+        gamma: float,
+        noise_sd: float = 1.0,
+        prior_sd: float = 1.0,
+        flow_context: str = "adjacency",
     ) -> None:
         if hidden < 1 or noise_sd <= 0 or prior_sd <= 0 or gamma < 0:
             raise ValueError("need hidden >= 1, noise_sd > 0, prior_sd > 0 and gamma >= 0")
+        if flow_context not in FLOW_CONTEXTS:
+            raise ValueError(f"unknown flow_context {flow_context!r}; valid: {', '.join(FLOW_CONTEXTS)}")
+        self.flow_context = flow_context
         self.model_space = PermutationDAGSpace(num_nodes)
         self.num_nodes = num_nodes
         self.hidden, self.bias, self.gamma = hidden, bias, gamma
@@ -178,13 +194,17 @@ class DAGMLP(Problem):
         return -math.lgamma(self.num_nodes + 1) - space.num_edge_bits * math.log(2) - self.gamma * edges
 
     def context(self, model_index: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
-        """The flattened adjacency ``P^T U P`` (``d^2`` features, as the authors' context)."""
-        return self.adjacency(model_index).flatten(1).to(dtype)
+        """``adjacency``: flattened ``P^T U P`` (``d^2``, the authors'); ``positions``: U and P (``2 d^2``)."""
+        if self.flow_context == "adjacency":
+            return self.adjacency(model_index).flatten(1).to(dtype)
+        space = self.model_space
+        order = F.one_hot(space.positions(model_index), self.num_nodes)  # [B, node, position]
+        return torch.cat([space.upper(model_index).flatten(1), order.flatten(1)], -1).to(dtype)
 
     @property
     def context_dim(self) -> int:
-        """d^2."""
-        return self.num_nodes**2
+        """d^2 (``adjacency``) or 2 d^2 (``positions``)."""
+        return self.num_nodes**2 * (1 if self.flow_context == "adjacency" else 2)
 
     def _weights(self, active: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """W1 ``[B, d, H, d]``, b1 and W2 ``[B, d, H]``, b2 ``[B, d]`` from parameters whose inactive entries are 0.
@@ -306,8 +326,9 @@ class SimulatedDAGMLP(DAGMLP):
         noise_sd: float = 1.0,
         prior_sd: float = 1.0,
         data_seed: int = 0,
+        flow_context: str = "adjacency",
     ) -> None:
-        super().__init__(num_nodes, hidden, bias, gamma, noise_sd, prior_sd)
+        super().__init__(num_nodes, hidden, bias, gamma, noise_sd, prior_sd, flow_context)
         if not 1 <= num_samples or not 0 <= edge_prob <= 1:
             raise ValueError("need num_samples >= 1 and edge_prob in [0, 1]")
         self._config = {
@@ -320,6 +341,7 @@ class SimulatedDAGMLP(DAGMLP):
             "noise_sd": noise_sd,
             "prior_sd": prior_sd,
             "data_seed": data_seed,
+            "flow_context": flow_context,
         }
         rows = max(num_samples, SIMULATED_ROWS)
         x, self.true_model_index, self.true_theta = simulate_mlp_dag(
@@ -350,10 +372,23 @@ class SachsDAGMLP(DAGMLP):
     }
 
     def __init__(
-        self, hidden: int = 5, bias: bool = True, gamma: float = 200.0, noise_sd: float = 1.0, prior_sd: float = 1.0
+        self,
+        hidden: int = 5,
+        bias: bool = True,
+        gamma: float = 200.0,
+        noise_sd: float = 1.0,
+        prior_sd: float = 1.0,
+        flow_context: str = "adjacency",
     ) -> None:
-        super().__init__(11, hidden, bias, gamma, noise_sd, prior_sd)
-        self._config = {"hidden": hidden, "bias": bias, "gamma": gamma, "noise_sd": noise_sd, "prior_sd": prior_sd}
+        super().__init__(11, hidden, bias, gamma, noise_sd, prior_sd, flow_context)
+        self._config = {
+            "hidden": hidden,
+            "bias": bias,
+            "gamma": gamma,
+            "noise_sd": noise_sd,
+            "prior_sd": prior_sd,
+            "flow_context": flow_context,
+        }
         self.node_names: list[str] = []
         if self.unavailable_reason() is None:
             self._load()

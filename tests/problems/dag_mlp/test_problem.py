@@ -139,3 +139,24 @@ def test_sachs_data_are_standardised_with_one_global_scale() -> None:
     assert x.shape == (7466, 11) and int(problem.true_adjacency.sum()) == 18
     assert float(x.mean(0).abs().max()) < 1e-10 and float(x.std(unbiased=False)) == pytest.approx(1.0)
     assert problem.dim_max == 385 and problem.gamma == 200.0
+
+
+def test_positions_context_tells_apart_encodings_of_one_graph() -> None:
+    """Two topological orders of one DAG share the adjacency context but not the ``positions`` one."""
+    problem = SimulatedDAGMLP(num_nodes=3, hidden=2, flow_context="positions")
+    space = problem.model_space
+    # The single edge node 0 -> node 1 with node 2 placed last (order 0, 1, 2) or in between (order 0, 2, 1).
+    sigma = torch.tensor([[0, 1, 2], [0, 2, 1]])  # position of each node
+    upper = torch.zeros(2, 3, 3, dtype=torch.bool)
+    upper[0, 0, 1] = upper[1, 0, 2] = True
+    models = space.encode(sigma, upper)
+    assert torch.equal(problem.adjacency(models)[0], problem.adjacency(models)[1])
+    adjacency_context = SimulatedDAGMLP(num_nodes=3, hidden=2).context(models)
+    assert torch.equal(adjacency_context[0], adjacency_context[1])
+    context = problem.context(models)
+    assert context.shape == (2, problem.context_dim) == (2, 18)
+    assert not torch.equal(context[0], context[1])
+    assert torch.equal(context[:, :9].reshape(2, 3, 3).bool(), upper)
+    assert torch.equal(context[:, 9:].reshape(2, 3, 3).argmax(-1), sigma)
+    with pytest.raises(ValueError, match="valid: adjacency, positions"):
+        SimulatedDAGMLP(num_nodes=3, hidden=2, flow_context="graph")
