@@ -105,8 +105,8 @@ class ParameterLayout:
         self.source = torch.tensor(source, dtype=torch.int64)
 
 
-def mlp_residuals(x_sorted: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor) -> Tensor:
-    """Sum of squared residuals ``[B]`` of data in topological order ``[B, d, n]`` under per-model MLP weights.
+def mlp_residual_values(x_sorted: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor) -> Tensor:
+    """Residuals ``x - f(parents)`` ``[B, d, n]`` of data in topological order ``[B, d, n]`` under per-model weights.
 
     ``w1`` ``[B, d, H, d]`` (already multiplied by the parent indicators), ``b1``/``w2`` ``[B, d, H]``,
     ``b2`` ``[B, d]``: f_j = w2_j . ReLU(w1_j x + b1_j) + b2_j.
@@ -115,7 +115,12 @@ def mlp_residuals(x_sorted: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tens
     n = x_sorted.shape[-1]
     pre = torch.baddbmm(b1.reshape(b, d * h, 1), w1.reshape(b, d * h, d), x_sorted)
     f = torch.bmm(w2.reshape(b * d, 1, h), torch.relu(pre).reshape(b * d, h, n)).reshape(b, d, n)
-    return ((x_sorted - f - b2[..., None]) ** 2).sum((1, 2))
+    return x_sorted - f - b2[..., None]
+
+
+def mlp_residuals(x_sorted: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor) -> Tensor:
+    """Sum of squared residuals ``[B]`` (:func:`mlp_residual_values`, summed over nodes and rows)."""
+    return (mlp_residual_values(x_sorted, w1, b1, w2, b2) ** 2).sum((1, 2))
 
 
 class DAGMLP(Problem):
