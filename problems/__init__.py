@@ -2,6 +2,7 @@
 
 from problems import (  # noqa: F401  (each registers its problems)
     block_vs,
+    conjugate_vs,
     dag_mlp,
     eight_schools,
     factor_analysis,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import inspect
+import errno
 import json
 import sys
 import time
@@ -25,12 +25,15 @@ from suite.leaderboard import (
     NOT_APPLICABLE,
     format_for_terminal,
     format_reported_comparison,
+    reference_kind,
     reported_comparison,
     write_leaderboards,
 )
 from suite.method import DTYPES, PROFILES, Budget, Method
+from suite.options import OptionError, check_option, method_annotations, problem_annotations
 from suite.plots import plot_model_probs
 from suite.problem import Problem
+from suite.reference import store as reference_store
 from suite.registry import (
     available_methods,
     available_problems,
@@ -44,6 +47,20 @@ from suite.sweeps import format_sweep, plot_sweep, sweep_tables
 #: Gold-standard draws per problem used for cross-entropy, by profile.
 EVAL_DRAWS = {"smoke": 2_000, "quick": 10_000, "paper": 100_000}
 DEFAULT_SEEDS = {"smoke": 2, "quick": 2, "paper": 10}
+#: The checkout ``run_all.py`` lives in: never a results folder.
+REPO_ROOT = Path(__file__).resolve().parent.parent
+#: Largest --seeds, and largest --draws / --eval-draws: beyond them planning or memory would never end.
+MAX_SEEDS = 10_000
+MAX_DRAWS = 10_000_000
+#: Key marking a run whose worker ended without writing its record (a crash, not a method's failure).
+LOST = "lost"
+EXIT_RULES = """exit status:
+  0  every planned run has its record; runs whose method failed are results (status "failed", counted on the
+     leaderboards with their reasons, and summarised at the end)
+  1  a run ended without a record (a worker process crashed or was killed, an error outside the method) or the
+     disk filled up; finished records are kept, so running the same command again resumes
+  2  bad input, refused before any work
+  130  interrupted (Ctrl-C); running the same command again resumes"""
 
 
 class UsageError(ValueError):
@@ -90,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="run_all.py",
         description="Run transdimensional samplers on benchmark problems and print leaderboards. "
         "With no arguments: the quick profile of every registered problem and method.",
+        epilog=EXIT_RULES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--problems", default="all", help="comma-separated problem names, or 'all' (default)")
     parser.add_argument("--methods", default="all", help="comma-separated method names, or 'all' (default)")
@@ -115,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="gold-standard draws for cross-entropy (default: 2000 smoke, 10000 quick, 100000 paper)",
     )
-    parser.add_argument("--out", type=Path, default=None, help="results folder (default: results/<profile>)")
+    parser.add_argument("--out", type=_out_folder, default=None, help="results folder (default: results/<profile>)")
     parser.add_argument(
         "--force", action="store_true", help="re-run runs that already have a record (and drop their checkpoints)"
     )
@@ -157,9 +176,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _parse_assignments(
-    items: list[str], flag: str, kind: str, valid: dict[str, str], fields_of: Callable[[str], list[str]], example: str
+    items: list[str],
+    flag: str,
+    kind: str,
+    valid: dict[str, str],
+    fields_of: Callable[[str], dict[str, Any]],
+    example: str,
 ) -> dict[str, dict[str, Any]]:
-    """``NAME.KEY=VALUE`` flags as {name: {key: value}}, names and keys checked; values read as JSON, else text."""
+    """``NAME.KEY=VALUE`` flags as {name: {key: value}}; names, keys and values checked (:mod:`suite.options`).
+
+    Values are read as JSON, else as text, and must fit the option's type hint.
+    """
     options: dict[str, dict[str, Any]] = {}
     for item in items:
         target, sep, text = item.partition("=")
@@ -175,6 +202,10 @@ def _parse_assignments(
             value = json.loads(text)
         except json.JSONDecodeError:
             value = text
+        try:
+            value = check_option(name, key, value, fields[key], text)
+        except OptionError as exc:
+            raise UsageError(f"{flag} {item!r}: {exc}") from None
         options.setdefault(name, {})[key] = value
     return options
 
@@ -182,8 +213,8 @@ def _parse_assignments(
 def parse_method_options(items: list[str]) -> dict[str, dict[str, Any]]:
     """``--option METHOD.NAME=VALUE`` flags as {method: {option: value}}, checked against the registry."""
 
-    def fields_of(name: str) -> list[str]:
-        return [f.name for f in dataclasses.fields(method_class(name)) if f.name != "progress"]
+    def fields_of(name: str) -> dict[str, Any]:
+        return {key: hint for key, hint in method_annotations(method_class(name)).items() if key != "progress"}
 
     return _parse_assignments(
         items, "--option", "method", available_methods(), fields_of, "vti-surrogate.flow=affine(5,5)"
@@ -193,10 +224,8 @@ def parse_method_options(items: list[str]) -> dict[str, dict[str, Any]]:
 def parse_problem_options(items: list[str]) -> dict[str, dict[str, Any]]:
     """``--problem-option PROBLEM.NAME=VALUE`` flags as {problem: {argument: value}}, checked against constructors."""
 
-    def fields_of(name: str) -> list[str]:
-        parameters = inspect.signature(problem_class(name).__init__).parameters.values()
-        keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-        return [p.name for p in parameters if p.name != "self" and p.kind in keyword]
+    def fields_of(name: str) -> dict[str, Any]:
+        return problem_annotations(problem_class(name))
 
     return _parse_assignments(
         items, "--problem-option", "problem", available_problems(), fields_of, "dag-mlp.data_seed=3"
@@ -242,12 +271,15 @@ def plan_runs(args: argparse.Namespace, device: torch.device) -> tuple[list[Plan
     unplanned = sorted(set(problem_options) - set(problems))
     if unplanned:
         raise UsageError(f"--problem-option for {', '.join(unplanned)}, which this run does not plan")
+    unplanned = sorted(set(args.method_options) - set(methods))
+    if unplanned:
+        raise UsageError(f"--option for {', '.join(unplanned)}, which this run does not plan")
     for problem_name in problems:
         try:
             problem = make_problem(problem_name, **problem_options.get(problem_name, {}))
         except (TypeError, ValueError) as exc:
             raise UsageError(f"{problem_name}: {exc}") from None
-        reason = problem.unavailable_reason()
+        reason = problem.unavailable_reason() or reference_store.reference_problem(problem)  # a bad reference too
         if reason:
             notes.append(Skipped(problem_name, None, reason))
             continue
@@ -299,6 +331,11 @@ def _validate(args: argparse.Namespace) -> torch.device:
     for flag, value in [*checks, ("--jobs", 1 if args.jobs is None else args.jobs)]:
         if value <= 0:
             raise UsageError(f"{flag} must be a positive integer, got {value}")
+    limits = [("--seeds", args.seeds, MAX_SEEDS), ("--draws", args.draws, MAX_DRAWS)]
+    for flag, value, limit in [*limits, ("--eval-draws", args.eval_draws, MAX_DRAWS)]:
+        if value > limit:
+            raise UsageError(f"{flag} {value} is more than this suite allows ({limit:,})")
+    _check_out(args.out, args.profile)
     if not args.checkpoint_every >= 0:
         raise UsageError(f"--checkpoint-every must be 0 (never save) or a positive number, got {args.checkpoint_every}")
     try:
@@ -307,7 +344,43 @@ def _validate(args: argparse.Namespace) -> torch.device:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     args.jobs = par.default_jobs(device) if args.jobs is None else args.jobs
+    cores = par.usable_cores()
+    if args.jobs > cores:
+        print(f"note: --jobs {args.jobs} is more than the {cores} usable CPU core(s); running {cores} at a time")
+        args.jobs = cores
     return device
+
+
+def _check_out(out: Path, profile: str) -> None:
+    """Refuse a results folder that is the repository itself or that holds records of another profile."""
+    if out.resolve() == REPO_ROOT:
+        raise UsageError(f"--out {str(out)!r} is the repository root; give a results folder, e.g. results/{profile}")
+    others = sorted(_profiles_in(out) - {profile})
+    if others:
+        raise UsageError(
+            f"--out {out} holds records of profile {', '.join(others)}; leaderboards mix no profiles: "
+            f"use another folder, e.g. --out results/{profile}"
+        )
+
+
+def _profiles_in(out: Path) -> set[str]:
+    """The profiles of the records in ``out`` (unreadable records are ignored)."""
+    found = set()
+    for path in rec.records_dir(out).glob("*.json"):
+        try:
+            profile = (json.loads(path.read_text()).get("budget") or {}).get("profile")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(profile, str):
+            found.add(profile)
+    return found
+
+
+def _out_folder(text: str) -> Path:
+    """``--out``'s value as a path; an empty name (which would mean the current folder) is refused."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the results folder must be named (an empty name means the current folder)")
+    return Path(text)
 
 
 def run_plan(plan: list[PlannedRun], args: argparse.Namespace, device: torch.device) -> list[dict]:
@@ -355,7 +428,7 @@ def run_plan(plan: list[PlannedRun], args: argparse.Namespace, device: torch.dev
         if status != "ok":
             tqdm.write(f"FAILED {key.problem} / {key.method} / seed {key.seed}: {reason}")
         if not rec.is_finished(args.out, key):  # the worker died before writing: shown, not saved (a rerun retries)
-            lost[key.filename] = {**dataclasses.asdict(key), "status": status, "reason": reason}
+            lost[key.filename] = {**dataclasses.asdict(key), "status": status, "reason": reason, LOST: True}
     bar.close()
     return [lost.get(run.key.filename) or rec.read_record(args.out, run.key) for run in plan]
 
@@ -380,20 +453,24 @@ def earlier_records(args: argparse.Namespace, device: torch.device, plan: list[P
     if not plan or not others:
         return []
     problems = ",".join(dict.fromkeys(run.key.problem for run in plan))
-    others_args = argparse.Namespace(**{**vars(args), "problems": problems, "methods": ",".join(others)})
+    others_args = argparse.Namespace(
+        **{**vars(args), "problems": problems, "methods": ",".join(others), "method_options": {}}
+    )
     extra, _ = plan_runs(others_args, device)
     return [rec.read_record(args.out, run.key) for run in extra if rec.is_finished(args.out, run.key)]
 
 
-def report(records: list[dict], out: Path) -> None:
-    """Write and print the leaderboards and plots of ``records``."""
+def report(records: list[dict], out: Path, profile: str | None = None) -> None:
+    """Write and print the leaderboards and plots of ``records`` (of ``profile``, stated with each leaderboard)."""
     if not records:
         print("No runs planned: nothing to report.")
         return
     tables = write_leaderboards(records, out)
     for problem, table in tables.items():
         print()
-        print(format_for_terminal(problem, table))
+        print(format_for_terminal(problem, table, reference_kind(records, problem)))
+        if profile:
+            print(f"   profile: {profile}")
         png = plot_model_probs(problem, records, out / f"leaderboard_{problem}.png")
         if png:
             print(f"   plot: {png}")
@@ -436,6 +513,13 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     try:
         records = run_plan(plan, args, device)
+        earlier = earlier_records(args, device, plan)
+        if earlier:
+            methods = sorted({record["method"] for record in earlier})
+            runs = f"{len(earlier)} earlier run{'s' if len(earlier) != 1 else ''}"
+            print(f"\nThe leaderboards also show {runs} in {args.out} with the same settings: {', '.join(methods)}")
+        not_applicable = [note.as_record() for note in notes if note.method is not None]
+        report(records + earlier + not_applicable, args.out, args.profile)
     except KeyboardInterrupt:
         print(
             "\nInterrupted: finished runs are saved, and long trainings that save checkpoints continue from their last "
@@ -443,12 +527,27 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 130
-    earlier = earlier_records(args, device, plan)
-    if earlier:
-        methods = sorted({record["method"] for record in earlier})
-        runs = f"{len(earlier)} earlier run{'s' if len(earlier) != 1 else ''}"
-        print(f"\nThe leaderboards also show {runs} in {args.out} with the same settings: {', '.join(methods)}")
-    not_applicable = [note.as_record() for note in notes if note.method is not None]
-    report(records + earlier + not_applicable, args.out)
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        where = exc.filename or args.out
+        print(f"run_all.py: error: disk full while writing {where}; finished records are kept", file=sys.stderr)
+        return 1
     print(f"Total time {time.perf_counter() - start:.1f} s")
+    return _summarise(records)
+
+
+def _summarise(records: list[dict]) -> int:
+    """Print how many runs failed and return the exit status: 1 when a run ended without its record, else 0."""
+    lost = [record for record in records if record.get(LOST)]
+    failed = [record for record in records if record.get("status") != "ok" and not record.get(LOST)]
+    if failed:
+        print(f"{len(failed)} of {len(records)} runs failed in their method (shown on the leaderboards with reasons)")
+    if lost:
+        print(
+            f"run_all.py: error: {len(lost)} of {len(records)} runs ended without a record (a worker crashed or an "
+            "error outside the method); run the same command again to retry them",
+            file=sys.stderr,
+        )
+        return 1
     return 0

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import math
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +16,16 @@ from suite.registry import problem_class
 
 LONG_COLUMNS = ["problem", "method", "seed", "config_hash", "metric", "value", "se", "status", "reason"]
 #: Column order of the summary tables (metrics absent for a problem are dropped).
-METRIC_ORDER = ["neg_elbo", "model_prob_tv", "model_prob_kl", "model_prob_max_abs", "cross_entropy", "walltime_s"]
+METRIC_ORDER = [
+    "neg_elbo",
+    "model_prob_tv",
+    "model_prob_kl",
+    "model_prob_max_abs",
+    "cross_entropy",
+    "kl_joint",
+    "kl_reverse",
+    "walltime_s",
+]
 LEGEND = "mean ± standard error over seeds; (MC ± x): the metric's own Monte Carlo error (gold draws / reference)"
 #: Status of a leaderboard row for a method that does not apply to a problem (no run, the reason shown).
 NOT_APPLICABLE = "not_applicable"
@@ -153,21 +165,52 @@ def write_leaderboards(records: list[dict[str, Any]], out: Path) -> dict[str, pd
     """Write ``records_long.csv`` and, per problem, ``leaderboard_<problem>.md`` / ``.csv``; return the tables."""
     out = Path(out)
     long = long_table(records)
-    long.to_csv(out / "records_long.csv", index=False)
+    write_atomically(out / "records_long.csv", lambda path: long.to_csv(path, index=False))
+    profiles = ", ".join(sorted({str((rec.get("budget") or {}).get("profile")) for rec in records} - {"None"}))
     tables = {}
     for problem in sorted(long["problem"].unique()):
         table = summary_table(long, problem)
         tables[problem] = table
-        table.to_csv(out / f"leaderboard_{problem}.csv", index=False)
+        write_atomically(out / f"leaderboard_{problem}.csv", lambda path, table=table: table.to_csv(path, index=False))
         title = f"# Leaderboard: {problem}\n\nSorted by `{main_metric(problem)}` ({_direction(problem)} is better). "
         title += f"{LEGEND}\n\n"
-        (out / f"leaderboard_{problem}.md").write_text(title + to_markdown(display_table(table)))
+        kind = reference_kind(records, problem)
+        title += f"Reference: {kind}.\n\n" if kind else ""
+        title += f"Profile: {profiles}.\n\n" if profiles else ""
+        text = title + to_markdown(display_table(table))
+        write_atomically(out / f"leaderboard_{problem}.md", lambda path, text=text: path.write_text(text))
     return tables
 
 
-def format_for_terminal(problem: str, table: pd.DataFrame) -> str:
-    """A plain-text rendering of one problem's leaderboard."""
-    header = f"== {problem}  (sorted by {main_metric(problem)}, {_direction(problem)} is better; {LEGEND})"
+def write_atomically(path: Path, write: Callable[[Path], object]) -> None:
+    """Have ``write`` fill a temporary file beside ``path``, then rename it there: never a half-written file.
+
+    A full disk is raised as ``OSError`` ENOSPC naming ``path``; the temporary file is removed on any error.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # created by ``write``, so with the usual permissions
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.errno == errno.ENOSPC:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from exc
+        raise
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def reference_kind(records: list[dict[str, Any]], problem: str) -> str | None:
+    """Where a problem's ground truth came from in its records ("exact", "estimated", ...), or None if unrecorded."""
+    kinds = {(rec.get("reference") or {}).get("kind") for rec in records if rec["problem"] == problem}
+    return "/".join(sorted(k for k in kinds if k)) or None
+
+
+def format_for_terminal(problem: str, table: pd.DataFrame, reference: str | None = None) -> str:
+    """A plain-text rendering of one problem's leaderboard (``reference``: its ground truth's kind, if known)."""
+    shown = f"; reference: {reference}" if reference else ""
+    header = f"== {problem}  (sorted by {main_metric(problem)}, {_direction(problem)} is better{shown}; {LEGEND})"
     return header + "\n" + display_table(table).to_string(index=False)
 
 

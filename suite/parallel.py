@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import json
 import multiprocessing
 import os
 import signal
+import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,17 +74,56 @@ _GOLD: dict[tuple[str, str], Draws | None] = {}
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
-    """Linux: have the kernel end this worker when the parent dies (else it would finish its run as an orphan)."""
+#: Seconds between two checks of a worker's watchdog that its parent is still alive.
+WATCHDOG_INTERVAL_S = 0.5
+#: Exit status of a worker that ends itself because ``run_all.py`` is gone.
+ORPHAN_EXIT_CODE = 3
+#: The process that started this worker (None outside a worker: serial runs never check).
+_PARENT_PID: int | None = None
+
+
+def parent_alive(parent_pid: int | None = None) -> bool:
+    """Whether this worker's parent (``parent_pid``, default the one recorded at start) is still its parent."""
+    expected = _PARENT_PID if parent_pid is None else parent_pid
+    return expected is None or os.getppid() == expected
+
+
+def _exit_if_orphaned(parent_pid: int | None = None) -> None:
+    """End this worker at once (no cleanup, no record) when its parent has died."""
+    if not parent_alive(parent_pid):
+        os._exit(ORPHAN_EXIT_CODE)
+
+
+def _watch_parent(parent_pid: int, interval_s: float) -> None:
+    while True:
+        _exit_if_orphaned(parent_pid)
+        time.sleep(interval_s)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """End this worker whenever ``parent_pid`` dies: kernel signal (Linux), a re-check, and a watchdog thread.
+
+    A spawned worker gets here only after importing the suite (seconds), and the parent may already be gone:
+    the death signal then never comes, so the parent is checked right after asking for it. The kernel signal
+    is also tied to the parent's creating thread and is Linux-only; a daemon thread polling the parent covers
+    both (an orphan is reparented, so its ``getppid()`` changes).
+    """
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):
-        pass  # other systems: an orphan finishes its current run, whose record is still complete
+        pass  # other systems: the watchdog below ends an orphan within WATCHDOG_INTERVAL_S
+    _exit_if_orphaned(parent_pid)
+    watchdog = threading.Thread(
+        target=_watch_parent, args=(parent_pid, WATCHDOG_INTERVAL_S), name="parent-watchdog", daemon=True
+    )
+    watchdog.start()
 
 
-def _init_worker(threads: int) -> None:
-    _die_with_parent()
+def _init_worker(threads: int, parent_pid: int) -> None:
+    global _PARENT_PID
+    _PARENT_PID = parent_pid
+    _die_with_parent(parent_pid)
     torch.set_num_threads(threads)
     tune_allocator()
     load_all()
@@ -88,6 +131,7 @@ def _init_worker(threads: int) -> None:
 
 def run_spec(spec: RunSpec, problem: Problem | None = None, method: Method | None = None) -> tuple[str, str | None]:
     """Execute one run and write its record; returns (status, reason). Rebuilds problem/method when not given."""
+    _exit_if_orphaned()  # a queued run handed to a worker whose parent has died is never started
     problem = make_problem(spec.key.problem, **spec.problem_options) if problem is None else problem
     method = make_method(spec.key.method, **spec.method_options) if method is None else method
     gold_key = (spec.key.problem, json.dumps(spec.problem_options, sort_keys=True))
@@ -102,7 +146,13 @@ def run_spec(spec: RunSpec, problem: Problem | None = None, method: Method | Non
     record["config_hash"] = spec.key.config_hash
     record["run_config"] = spec.key.config
     record["parallel"] = {"jobs": spec.jobs, "threads_per_job": spec.threads}
-    rec.write_record(spec.out, spec.key, record)
+    _exit_if_orphaned()  # nobody would read the record: leave the folder as the parent's death left it
+    try:
+        rec.write_record(spec.out, spec.key, record)
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC and not exc.filename:  # name the record the full disk refused
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(rec.record_path(spec.out, spec.key))) from exc
+        raise
     path.unlink(missing_ok=True)  # the record now holds the result; a failed run starts afresh when asked again
     return record["status"], record["reason"]
 
@@ -112,25 +162,38 @@ def run_in_workers(specs: list[RunSpec], jobs: int, threads: int) -> Iterator[tu
 
     Runs are handed out one at a time, so a worker that finishes early takes
     the next. On an interrupt, runs not yet started are cancelled; finished
-    ones already have their records.
+    ones already have their records. When a worker dies the pool is broken:
+    the runs not yet handed out are yielded as failed (no record) too. A full
+    disk (``OSError`` ENOSPC) is raised, not turned into failed runs.
     """
     context = multiprocessing.get_context("spawn")  # a forked child may inherit a locked OpenMP pool
-    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker, initargs=(threads,)) as pool:
+    initargs = (threads, os.getpid())
+    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker, initargs=initargs) as pool:
         pending: dict[Future, RunSpec] = {}
         queue = list(reversed(specs))
         try:
-            while queue or pending:
-                while queue and len(pending) < jobs:
-                    spec = queue.pop()
-                    pending[pool.submit(run_spec, spec)] = spec
+            broken: str | None = None
+            while pending or (queue and broken is None):
+                while queue and len(pending) < jobs and broken is None:
+                    try:
+                        pending[pool.submit(run_spec, queue[-1])] = queue[-1]
+                        queue.pop()
+                    except BrokenProcessPool as exc:
+                        broken = f"not run: a worker process died and took the pool with it ({exc})"
+                if not pending:
+                    break
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
                     spec = pending.pop(future)
                     try:
                         status, reason = future.result()
                     except Exception as exc:  # the worker itself died (killed, out of memory)
+                        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+                            raise
                         status, reason = "failed", f"worker process failed: {type(exc).__name__}: {exc}"
                     yield spec, status, reason
+            for spec in reversed(queue):
+                yield spec, "failed", broken
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)
             raise

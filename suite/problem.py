@@ -148,6 +148,21 @@ class Problem(ABC):
             return reference.draws(num_draws, generator, split="train")
         return self.reference_draws(num_draws, generator)
 
+    def exact_entropy(self) -> float | None:
+        """Exact joint entropy H(m, theta) = H(m) + sum_m p(m) H(theta_m | m) of the target, or None when unknown.
+
+        In the unconstrained coordinates of ``theta`` (active coordinates only). With it the runner reports
+        ``kl_joint`` = cross-entropy - H = KL(pi || q) over (m, theta).
+        """
+        return None
+
+    def exact_log_evidence(self) -> float | None:
+        """Exact log normalising constant log Z = log sum_m int exp(log_joint(m, theta)) dtheta, or None when unknown.
+
+        With it the runner reports ``kl_reverse`` = -ELBO + log Z = KL(q || pi).
+        """
+        return None
+
     def stored_reference(self) -> Any:
         """The reference engine's stored estimate for this instance (``suite.reference.store.Reference``) or None."""
         if not hasattr(self, "_stored_reference"):

@@ -3,6 +3,15 @@
 Records are written atomically (a temporary file in the same folder, flushed
 to disk, then renamed), so a run killed at any point leaves either a whole
 record or none. A finished record is never rewritten unless asked to.
+
+A record that cannot be read back (not JSON, not an object, a required key
+missing or of the wrong type, or naming another run) is treated as absent with
+a warning naming the file: its run is planned again, and reports skip it.
+
+Temporary files (of records and of checkpoints, :mod:`suite.checkpoints`)
+carry the writing process's id in their name, ``.<name>.<pid>.<random>.tmp``,
+so that cleaning up after killed runs never removes the temporary of a
+process still writing one.
 """
 
 from __future__ import annotations
@@ -11,12 +20,28 @@ import hashlib
 import json
 import os
 import tempfile
+import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 SCHEMA_VERSION = 1
 RECORDS_DIR = "records"
+#: Folder of run checkpoints under a results directory (see :mod:`suite.checkpoints`).
+CHECKPOINTS_DIR = "checkpoints"
+#: Keys every record must hold, with their types.
+REQUIRED_KEYS: dict[str, type] = {
+    "problem": str,
+    "method": str,
+    "seed": int,
+    "status": str,
+    "metrics": dict,
+}
+#: Name ending of temporary files (of records here, of checkpoints in :mod:`suite.checkpoints`).
+TEMPORARY_SUFFIX = ".tmp"
+#: Seconds after which a temporary file whose name carries no process id (older versions) counts as left over.
+LEGACY_TEMPORARY_AGE_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -50,9 +75,45 @@ def record_path(out: Path, key: RunKey) -> Path:
     return records_dir(out) / key.filename
 
 
+def _parse(path: Path, key: RunKey | None) -> tuple[dict[str, Any] | None, str | None]:
+    """(the record in ``path``, None), or (None, why it is unusable: unreadable, not a record, not ``key``'s)."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        return None, f"unreadable record {path}: {type(exc).__name__}: {exc}"
+    if not isinstance(record, dict):
+        return None, f"invalid record {path}: a JSON {type(record).__name__}, not an object"
+    missing = [name for name in REQUIRED_KEYS if name not in record]
+    if missing:
+        return None, f"invalid record {path}: missing {', '.join(missing)}"
+    for name, kind in REQUIRED_KEYS.items():
+        if not isinstance(record[name], kind) or isinstance(record[name], bool):
+            return None, f"invalid record {path}: {name} is a {type(record[name]).__name__}, not a {kind.__name__}"
+    found = f"{record['problem']} / {record['method']} / seed {record['seed']}"
+    if key is not None and (record["problem"], record["method"], record["seed"]) != (key.problem, key.method, key.seed):
+        return None, f"invalid record {path}: holds {found}, not {key.problem} / {key.method} / seed {key.seed}"
+    if not Path(path).name.startswith(f"{record['problem']}__{record['method']}__seed{record['seed']}__"):
+        return None, f"invalid record {path}: holds {found}, not the run its file name says"
+    return record, None
+
+
+def record_problem(path: Path, key: RunKey | None = None) -> str | None:
+    """Why the record file ``path`` is unusable (unreadable, not a record, or not the record of ``key``), or None."""
+    return _parse(path, key)[1]
+
+
+def _read_valid(path: Path, key: RunKey | None = None) -> dict[str, Any] | None:
+    """The record in ``path``, or None (with a warning naming the file) when it is unusable."""
+    record, why = _parse(path, key)
+    if why is not None:
+        warnings.warn(f"{why}; treating it as absent (a run is redone, reports skip it)", stacklevel=3)
+    return record
+
+
 def is_finished(out: Path, key: RunKey) -> bool:
-    """Whether ``key`` already has a record under ``out``."""
-    return record_path(out, key).is_file()
+    """Whether ``key`` already has a usable record under ``out`` (an unusable one is warned about and ignored)."""
+    path = record_path(out, key)
+    return path.is_file() and _read_valid(path, key) is not None
 
 
 def write_record(out: Path, key: RunKey, record: dict[str, Any]) -> Path:
@@ -61,7 +122,7 @@ def write_record(out: Path, key: RunKey, record: dict[str, Any]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / key.filename
     payload = json.dumps({"schema": SCHEMA_VERSION, **record}, indent=1, sort_keys=True, default=str)
-    fd, tmp = tempfile.mkstemp(prefix=f".{key.filename}.", suffix=".tmp", dir=folder)
+    fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(key.filename), suffix=TEMPORARY_SUFFIX, dir=folder)
     try:
         with os.fdopen(fd, "w") as handle:
             handle.write(payload)
@@ -74,23 +135,66 @@ def write_record(out: Path, key: RunKey, record: dict[str, Any]) -> Path:
     return final
 
 
+def temporary_prefix(name: str) -> str:
+    """Name prefix of this process's temporary files for ``name``: ``.<name>.<pid>.`` (a random part follows)."""
+    return f".{name}.{os.getpid()}."
+
+
+def temporary_writer(path: Path) -> int | None:
+    """The process id in the name of temporary file ``path``, or None when its name carries none."""
+    stem = Path(path).name.removesuffix(TEMPORARY_SUFFIX)
+    parts = stem.rsplit(".", 2)
+    if len(parts) != 3 or not parts[1].isdigit():
+        return None
+    pid = int(parts[1])
+    return pid if pid > 0 else None
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process with id ``pid`` exists on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        return True
+    except OSError:  # e.g. an id out of range: no such process
+        return False
+    return True
+
+
+def _is_stale(path: Path, now: float) -> bool:
+    """Whether temporary file ``path`` was left by a process that is gone (or, without a process id, is old)."""
+    pid = temporary_writer(path)
+    if pid is not None:
+        return not process_alive(pid)
+    try:
+        return now - path.stat().st_mtime > LEGACY_TEMPORARY_AGE_S
+    except FileNotFoundError:
+        return False
+
+
 def remove_stale_temporaries(out: Path) -> int:
-    """Delete temporary files left by killed runs; returns how many."""
-    folder = records_dir(out)
-    if not folder.is_dir():
-        return 0
-    stale = list(folder.glob(".*.tmp"))
-    for path in stale:
-        path.unlink(missing_ok=True)
-    return len(stale)
+    """Delete temporary files of records and checkpoints left by killed runs (never a live writer's); how many."""
+    now = time.time()
+    removed = 0
+    for folder in (records_dir(out), Path(out) / CHECKPOINTS_DIR):
+        if not folder.is_dir():
+            continue
+        for path in folder.glob(f".*{TEMPORARY_SUFFIX}"):
+            if _is_stale(path, now):
+                path.unlink(missing_ok=True)
+                removed += 1
+    return removed
 
 
 def load_records(out: Path) -> list[dict[str, Any]]:
-    """All records under ``out``, in file-name order."""
+    """All usable records under ``out``, in file-name order (unusable ones are skipped with a warning)."""
     folder = records_dir(out)
     if not folder.is_dir():
         return []
-    return [json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))]
+    records = (_read_valid(path) for path in sorted(folder.glob("*.json")))
+    return [record for record in records if record is not None]
 
 
 def check_writable(out: Path) -> None:
@@ -106,5 +210,17 @@ def check_writable(out: Path) -> None:
 
 
 def read_record(out: Path, key: RunKey) -> dict[str, Any]:
-    """The record of ``key`` under ``out``."""
-    return json.loads(record_path(out, key).read_text())
+    """The record of ``key`` under ``out``; when missing or unusable, a failed stand-in saying why (never raises)."""
+    path = record_path(out, key)
+    record, why = _parse(path, key)
+    if record is not None:
+        return record
+    warnings.warn(why, stacklevel=2)
+    return {
+        "problem": key.problem,
+        "method": key.method,
+        "seed": key.seed,
+        "status": "failed",
+        "reason": why,
+        "metrics": {},
+    }

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import typing
 import warnings
 from collections.abc import Callable
 from importlib.metadata import entry_points
@@ -54,6 +55,31 @@ def _register(table: dict[str, type], base: type, name: str) -> Callable[[type[T
 def register_problem(name: str) -> Callable[[type[T]], type[T]]:
     """Class decorator that registers a ``Problem`` subclass under ``name``."""
     return _register(_PROBLEMS, Problem, name)
+
+
+def register_problem_variant(
+    name: str, base: type[Problem], fixed: dict[str, Any], doc: str, **class_attributes: Any
+) -> type[Problem]:
+    """Register a subclass of ``base`` under ``name`` whose constructor pins the arguments ``fixed``.
+
+    The subclass's constructor takes the other arguments of ``base`` (same names, defaults and type hints, so
+    ``--problem-option`` checks them as usual); ``class_attributes`` (e.g. ``profiles``, ``sweep``) are set on it.
+    """
+    signature = inspect.signature(base.__init__)
+    kept = [p for p in signature.parameters.values() if p.name not in fixed]
+    hints = {k: v for k, v in typing.get_type_hints(base.__init__).items() if k not in fixed}
+    variant_signature = signature.replace(parameters=kept)
+
+    def __init__(self: Problem, *args: Any, **kwargs: Any) -> None:
+        bound = variant_signature.bind(self, *args, **kwargs)
+        arguments = {k: v for k, v in bound.arguments.items() if k != "self"}
+        base.__init__(self, **fixed, **arguments)
+
+    __init__.__signature__ = variant_signature  # type: ignore[attr-defined]
+    __init__.__annotations__ = hints
+    class_name = "".join(part.capitalize() for part in name.replace("_", "-").split("-"))
+    namespace = {**class_attributes, "__init__": __init__, "__doc__": doc, "__module__": base.__module__}
+    return register_problem(name)(type(class_name, (base,), namespace))
 
 
 def register_method(name: str) -> Callable[[type[T]], type[T]]:

@@ -58,7 +58,25 @@ def evaluate(
             out["cross_entropy"] = metrics.cross_entropy(_log_density_on(result, draws, device, dtype))
         if result.sample_q is not None and result.log_density is not None:
             out["neg_elbo"] = negative_elbo(problem, result, device, dtype)
+        out.update(exact_divergences(problem, out))
     out.update(problem.task_metrics(result.model_probs, result.draws))
+    return out
+
+
+def exact_divergences(problem: Problem, scores: dict[str, metrics.Estimate]) -> dict[str, metrics.Estimate]:
+    """KL(pi || q) = cross-entropy - H(pi) and KL(q || pi) = -ELBO + log Z where the problem knows H and log Z.
+
+    Each keeps the standard error of the Monte Carlo estimate it is shifted from (the shift is exact).
+    """
+    out: dict[str, metrics.Estimate] = {}
+    entropy = problem.exact_entropy()
+    if entropy is not None and "cross_entropy" in scores:
+        cross = scores["cross_entropy"]
+        out["kl_joint"] = metrics.Estimate(cross.value - entropy, cross.se)
+    log_z = problem.exact_log_evidence()
+    if log_z is not None and "neg_elbo" in scores:
+        neg_elbo = scores["neg_elbo"]
+        out["kl_reverse"] = metrics.Estimate(neg_elbo.value + log_z, neg_elbo.se)
     return out
 
 
@@ -115,6 +133,23 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+#: Returned draws on which :func:`execute` checks that the target's log density is finite somewhere.
+TARGET_CHECK_DRAWS = 2048
+NON_FINITE_TARGET = "the target's log density is non-finite at every returned draw"
+
+
+def target_finite_somewhere(problem: Problem, draws: Draws, device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether log pi is finite at any of (at most ``TARGET_CHECK_DRAWS``, evenly spaced) returned draws."""
+    n = len(draws)
+    if n == 0:
+        return True  # nothing to check: the metrics judge an empty result
+    pick = torch.linspace(0, n - 1, min(n, TARGET_CHECK_DRAWS)).round().long()
+    with torch.no_grad():
+        m = draws.model_index[pick.to(draws.model_index.device)].to(device)
+        theta = draws.theta[pick.to(draws.theta.device)].to(device, dtype)
+        return bool(torch.isfinite(problem.log_joint(m, theta)).any())
+
+
 def execute(
     problem: Problem,
     method: Method,
@@ -147,7 +182,12 @@ def execute(
     if result.status == "ok":
         try:
             with timer.phase("evaluate"):
-                scores = evaluate(problem, result, draws, device, dtype)
+                # A method that never left its starting points on a NaN target can look "ok" (e.g. chains started
+                # at reference draws): its draws must be somewhere the target is defined.
+                if result.draws is not None and not target_finite_somewhere(problem, result.draws, device, dtype):
+                    result.status, result.reason = "failed", NON_FINITE_TARGET
+                else:
+                    scores = evaluate(problem, result, draws, device, dtype)
         except Exception as exc:
             error_trace = traceback.format_exc()
             result.status, result.reason = "failed", f"evaluation failed: {type(exc).__name__}: {exc}"

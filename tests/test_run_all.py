@@ -1,6 +1,7 @@
 """run_all.py end to end: listing, refusing bad input before any work, resuming after a kill."""
 
 import argparse
+import errno
 import json
 import os
 import signal
@@ -315,3 +316,197 @@ def test_parallel_runs_match_serial_runs(tmp_path: Path) -> None:
         assert parallel[name]["parallel"]["jobs"] == 2 and parallel[name]["environment"]["torch_threads"] == 1
         for metric in ("model_prob_tv", "cross_entropy"):
             assert parallel[name]["metrics"][metric]["value"] == pytest.approx(record["metrics"][metric]["value"])
+
+
+# Issue 18: option values, input limits, results folders, exit statuses and a full disk.
+
+SMALL = ["--problems", "sas", "--methods", "rjmcmc-baseline", "--profile", "smoke", "--seeds", "1", "--no-progress"]
+SMALL += ["--eval-draws", "300", "--jobs", "1"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--option", "rjmcmc-baseline.aux_scale=NaN"], "rjmcmc-baseline.aux_scale must be a finite number, got NaN"),
+        (["--option", "rjmcmc-baseline.aux_scale=Infinity"], "aux_scale must be a finite number, got Infinity"),
+        (["--option", "rjmcmc-baseline.target_accept=-Infinity"], "target_accept must be a finite number"),
+        (["--option", "rjmcmc-baseline.num_chains=1.5"], "num_chains must be an integer or null, got 1.5"),
+        (["--option", "rjmcmc-baseline.num_chains=true"], "num_chains must be an integer or null, got true"),
+        (["--option", "rjmcmc-baseline.num_chains=Infinity"], "num_chains must be an integer or null, got Infinity"),
+        (["--option", "rjmcmc-baseline.num_chains=1e30"], "num_chains must be an integer or null"),
+        (["--option", "rjmcmc-baseline.within_moves=99999999999999999999"], "within_moves must be an integer"),
+        (["--option", "rjmcmc-baseline.progress=1"], "has no option 'progress'"),
+        (["--option", "rjmcmc-baseline.dtype=float16"], "unknown dtype 'float16'; valid: float64, float32"),
+        (["--option", "rjmcmc-baseline.matching=nope"], "unknown matching 'nope'; valid: standardised, identity"),
+        (["--option", "rjmcmc-naive.num_chains=8"], "--option for rjmcmc-naive, which this run does not plan"),
+        (["--option", "fr.learning_rates=[0.1,NaN]"], "fr.learning_rates must be a list, each item a finite number"),
+        (["--problem-option", "dag-mlp.data_seed=0.5"], "dag-mlp.data_seed must be an integer, got 0.5"),
+        (["--problem-option", "dag-mlp.bias=1"], "dag-mlp.bias must be true or false, got 1"),
+        (["--problem-option", "dag-mlp.edge_prob=NaN"], "dag-mlp.edge_prob must be a finite number, got NaN"),
+    ],
+)
+def test_option_values_are_checked_against_their_types(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each value is refused with exit status 2 and a message before any run (no worker, no record)."""
+    monkeypatch.setattr(par, "run_spec", _no_run)
+    problems = ["--problems", "dag-mlp"] if argv[0] == "--problem-option" else []
+    assert main([*SMALL, *problems, *argv, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.startswith("run_all.py: error:")
+    assert not list(tmp_path.glob("records/*.json"))
+
+
+def _no_run(*args: object, **kwargs: object) -> None:
+    raise AssertionError("a run started although the input was bad")
+
+
+def test_option_validator_accepts_what_the_types_allow() -> None:
+    from suite.options import OptionError, check_option, method_annotations, problem_annotations
+    from suite.registry import method_class, problem_class
+
+    rj = method_annotations(method_class("rjmcmc-baseline"))
+    assert check_option("rj", "num_chains", None, rj["num_chains"]) is None
+    assert check_option("rj", "num_chains", 64, rj["num_chains"]) == 64
+    assert check_option("rj", "aux_scale", 2, rj["aux_scale"]) == 2  # an integer is a number
+    assert check_option("rj", "dtype", "float32", rj["dtype"]) == "float32"
+    fr = method_annotations(method_class("fr"))
+    assert check_option("fr", "learning_rates", [0.1, 0.01], fr["learning_rates"]) == [0.1, 0.01]
+    vti = method_annotations(method_class("vti-surrogate"))
+    assert check_option("vti", "flow", 1, vti["flow"], text="1") == "1"  # a string option keeps the text as typed
+    factors = problem_annotations(problem_class("factor-analysis"))["factors"]
+    assert check_option("fa", "factors", [1, 2], factors) == [1, 2]
+    with pytest.raises(OptionError, match="each item an integer"):
+        check_option("fa", "factors", [1.5], factors)
+    with pytest.raises(OptionError, match="must be true or false"):
+        check_option("vti", "progress", 0, vti["progress"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--seeds", "10000000000"], "--seeds 10000000000 is more than this suite allows (10,000)"),
+        (["--draws", "1000000000"], "--draws 1000000000 is more than this suite allows (10,000,000)"),
+        (["--eval-draws", "1000000000"], "--eval-draws 1000000000 is more than this suite allows"),
+        (["--out", str(ROOT)], "is the repository root"),
+    ],
+)
+def test_limits_are_refused_at_once(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(par, "run_spec", _no_run)
+    if argv[0] != "--out":
+        argv = [*argv, "--out", str(tmp_path)]
+    assert main([*SMALL, *argv]) == 2
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.glob("records/*.json")) and not list(ROOT.glob("records/*.json"))
+
+
+@pytest.mark.parametrize("out", ["", "   "])
+def test_an_empty_results_folder_name_is_refused(out: str, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main([*SMALL, "--out", out])
+    assert stop.value.code == 2
+    assert "--out: the results folder must be named" in capsys.readouterr().err
+
+
+def test_jobs_beyond_the_usable_cores_are_capped(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(par, "usable_cores", lambda: 3)
+    args = build_parser().parse_args([*SMALL, "--jobs", "64", "--out", str(tmp_path)])
+    _validate(args)
+    assert args.jobs == 3
+    assert "note: --jobs 64 is more than the 3 usable CPU core(s); running 3 at a time" in capsys.readouterr().out
+    args = build_parser().parse_args([*SMALL, "--jobs", "2", "--out", str(tmp_path)])
+    _validate(args)
+    assert args.jobs == 2
+
+
+def test_records_of_another_profile_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    (tmp_path / "records").mkdir()
+    record = {"problem": "sas", "method": "mf", "seed": 0, "status": "ok", "budget": {"profile": "quick"}}
+    (tmp_path / "records" / "sas__mf__seed0__0123456789.json").write_text(json.dumps(record))
+    assert main([*SMALL, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "holds records of profile quick" in err and "--out results/smoke" in err
+    assert len(list(tmp_path.glob("records/*.json"))) == 1
+
+
+def test_failed_methods_are_results_and_leaderboards_state_their_profile(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run whose method failed is a result (exit 0, summarised); every leaderboard names its profile."""
+    from suite.method import Result
+    from suite.registry import method_class
+
+    monkeypatch.setattr(method_class("rjmcmc-baseline"), "run", lambda self, *a: Result.failed("boom"))
+    assert main([*SMALL, "--seeds", "2", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "2 of 2 runs failed in their method" in out and "profile: smoke" in out
+    assert "Profile: smoke." in (tmp_path / "leaderboard_sas.md").read_text()
+    assert len(list(tmp_path.glob("records/*.json"))) == 2
+
+
+def test_a_run_without_its_record_gives_exit_status_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that dies (or fails outside the method) leaves no record: shown on the leaderboard, exit status 1."""
+
+    def dying_workers(specs: list[par.RunSpec], jobs: int, threads: int):
+        for spec in specs:
+            yield spec, "failed", "worker process failed: BrokenProcessPool: a child process terminated abruptly"
+
+    monkeypatch.setattr(par, "run_in_workers", dying_workers)
+    argv = [*SMALL, "--seeds", "2", "--jobs", "2", "--out", str(tmp_path)]
+    monkeypatch.setattr(par, "usable_cores", lambda: 2)
+    assert main(argv) == 1
+    captured = capsys.readouterr()
+    assert "2 of 2 runs ended without a record" in captured.err
+    assert "BrokenProcessPool" in (tmp_path / "leaderboard_sas.md").read_text()
+    assert "exit status" in build_parser().format_help() and "130  interrupted" in build_parser().format_help()
+
+
+@pytest.mark.slow
+def test_workers_report_infrastructure_errors_as_runs_without_records(tmp_path: Path) -> None:
+    """An error outside the method in a real worker (here: the record cannot be written) is a failed run, no record."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    args = build_parser().parse_args([*SMALL, "--out", str(tmp_path / "ok")])
+    plan, _ = plan_runs(args, _validate(args))
+    spec = par.RunSpec(plan[0].key, plan[0].method.options(), Budget("smoke"), "cpu", 300, blocker, 2, 1)
+    outcomes = list(par.run_in_workers([spec, spec], jobs=2, threads=1))
+    assert [status for _, status, _ in outcomes] == ["failed", "failed"]
+    assert all(reason.startswith("worker process failed:") for _, _, reason in outcomes)
+
+
+def test_disk_full_while_writing_a_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from suite import records as rec
+
+    def full(out: Path, key: RunKey, record: dict) -> Path:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(rec, "write_record", full)
+    assert main([*SMALL, "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "disk full while writing" in err and str(tmp_path / "records") in err
+    assert not list(tmp_path.glob("records/*.json"))
+
+
+def test_disk_full_while_writing_leaderboards_leaves_no_empty_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pandas as pd
+
+    def full(self: pd.DataFrame, path: Path, **kwargs: object) -> None:
+        Path(path).write_text("")  # the file is created, then the disk fills up
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", full)
+    assert main([*SMALL, "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert f"disk full while writing {tmp_path / 'records_long.csv'}" in err
+    assert not (tmp_path / "records_long.csv").exists() and not list(tmp_path.glob(".*.tmp"))
+    assert len(list(tmp_path.glob("records/*.json"))) == 1  # the finished run keeps its record

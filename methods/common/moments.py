@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -46,37 +48,83 @@ def grouped_moments(group: Tensor, x: Tensor, mask: Tensor, num_groups: int) -> 
 
 
 def shrunk_covariances(count: Tensor, cov: Tensor, prior_weight: float) -> Tensor:
-    """Per-group covariances shrunk towards the pooled covariance, made positive definite.
+    """Per-group covariances with variances shrunk towards pooled ones and correlations towards zero.
 
-    Each group's covariance is ``(n cov_g + w cov_pooled) / (n + w)`` with ``n``
-    its pair counts and ``w = prior_weight``; coordinates a group never saw get
-    the pooled variance (or 1 if nobody saw them). A small ridge keeps every
-    matrix positive definite.
+    With ``n`` a group's pair counts and ``w = prior_weight``: variance ``(n var_g + w v) / (n + w)``, ``v``
+    the count-weighted pooled within-group variance of the coordinate (the others' mean, or 1, where no
+    group saw it or it never moved); correlation ``n / (n + w)`` times the group's own. Shrinking the
+    scales and the correlations separately keeps a well-sampled group's small conditional variances
+    (strong correlations at a scale far below the pooled one) instead of inflating them. When a group's
+    rows share one active set (groups are models), its own correlation matrix is PSD, so the result
+    ``D (n/(n+w) R + w/(n+w) I) D`` is positive definite by construction; groups mixing active sets may
+    still need :func:`ridged_cholesky`.
     """
-    dim = cov.shape[-1]
-    eye = torch.eye(dim, dtype=cov.dtype, device=cov.device)
-    pooled_count = count.sum(0)
-    pooled = (count * cov).sum(0) / pooled_count.clamp_min(1)
-    # Pair (i, j) never seen together anywhere: no information, use independence.
-    unseen_var = torch.diagonal(pooled_count) == 0
-    pooled = torch.where(pooled_count > 0, pooled, torch.zeros_like(pooled))
-    pooled = pooled + torch.diag(unseen_var.to(cov.dtype))
-    out = (count * cov + prior_weight * pooled) / (count + prior_weight)
-    scale = torch.diagonal(out, dim1=-2, dim2=-1).mean(-1).clamp_min(1e-12)
-    return out + 1e-9 * scale[:, None, None] * eye
+    variance = torch.diagonal(cov, dim1=-2, dim2=-1)
+    seen = torch.diagonal(count, dim1=-2, dim2=-1)
+    total = seen.sum(0)
+    pooled = (seen * variance).sum(0) / total.clamp_min(1)
+    usable = (total > 0) & (pooled > 0)
+    fallback = pooled[usable].mean() if bool(usable.any()) else torch.ones((), dtype=cov.dtype, device=cov.device)
+    pooled = torch.where(usable, pooled, fallback)
+    scale = ((seen * variance + prior_weight * pooled) / (seen + prior_weight)).sqrt()
+    own_sd = variance.clamp_min(0).sqrt()
+    denom = own_sd[..., :, None] * own_sd[..., None, :]
+    # A coordinate with no spread has zero covariance with every other: it contributes no correlation.
+    corr = torch.where(denom > 0, cov / torch.where(denom > 0, denom, torch.ones_like(denom)), torch.zeros_like(cov))
+    corr = count / (count + prior_weight) * corr.clamp(-1.0, 1.0)
+    eye = torch.eye(cov.shape[-1], dtype=torch.bool, device=cov.device)
+    corr = torch.where(eye, torch.ones_like(corr), corr)
+    return scale[..., :, None] * corr * scale[..., None, :]
 
 
-def safe_cholesky(cov: Tensor) -> Tensor:
-    """Cholesky factors of a batch of covariances, adding ridge where a matrix is not positive definite."""
+RIDGES = (1e-10, 1e-8, 1e-6, 1e-4, 1e-2, 1.0, 1e2, 1e4)
+
+
+def ridged_cholesky(cov: Tensor, active: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Cholesky factors of a batch ``[..., D, D]``, ridging only the matrices that are not positive definite.
+
+    A failing matrix gets ``r * diag(d)`` added, ``d`` its own diagonal on its ``active [..., D]`` coordinates
+    (all when None; inactive ones get no ridge), with ``r`` escalating per matrix through :data:`RIDGES`.
+    A matrix that still fails is replaced by ``diag(d)``. Returns the factors and the ``r`` each matrix
+    needed (0 where none; ``inf`` where it fell back to the diagonal).
+    """
     chol, info = torch.linalg.cholesky_ex(cov)
-    if bool((info > 0).any()):
-        eye = torch.eye(cov.shape[-1], dtype=cov.dtype, device=cov.device)
-        scale = torch.diagonal(cov, dim1=-2, dim2=-1).abs().mean(-1).clamp_min(1e-12)
-        for ridge in (1e-8, 1e-6, 1e-4, 1e-2, 1.0):
-            chol, info = torch.linalg.cholesky_ex(cov + ridge * scale[:, None, None] * eye)
-            if not bool((info > 0).any()):
-                break
-    return chol
+    ridge = torch.zeros(cov.shape[:-2], dtype=cov.dtype, device=cov.device)
+    failed = info > 0
+    if not bool(failed.any()):
+        return chol, ridge
+    dim = cov.shape[-1]
+    diag = torch.diagonal(cov, dim1=-2, dim2=-1)
+    act = torch.ones_like(diag, dtype=torch.bool) if active is None else active.to(cov.device).expand_as(diag)
+    positive = act & (diag > 0)
+    mean = torch.where(positive, diag, torch.zeros_like(diag)).sum(-1) / positive.sum(-1).clamp_min(1)
+    mean = torch.where(mean > 0, mean, torch.ones_like(mean))
+    # Never scale by a non-positive variance: floor it at machine precision of the matrix's own scale.
+    scale = torch.maximum(diag, torch.finfo(cov.dtype).eps * mean[..., None])
+    scale = torch.where(act, scale, torch.zeros_like(scale))
+    chol, ridge, failed = chol.reshape(-1, dim, dim).clone(), ridge.reshape(-1), failed.reshape(-1)
+    flat_cov, flat_scale = cov.reshape(-1, dim, dim), scale.reshape(-1, dim)
+    for r in RIDGES:
+        idx = failed.nonzero().flatten()
+        if idx.numel() == 0:
+            break
+        attempt, info = torch.linalg.cholesky_ex(flat_cov[idx] + torch.diag_embed(r * flat_scale[idx]))
+        ok = info == 0
+        chol[idx[ok]] = attempt[ok]
+        ridge[idx[ok]] = r
+        failed[idx[ok]] = False
+    idx = failed.nonzero().flatten()
+    if idx.numel() > 0:
+        # Inactive coordinates keep their unit diagonal here so the factor stays invertible.
+        fallback = torch.where(flat_scale[idx] > 0, flat_scale[idx], torch.ones_like(flat_scale[idx]))
+        chol[idx] = torch.diag_embed(fallback.sqrt())
+        ridge[idx] = math.inf
+    return chol.reshape(cov.shape), ridge.reshape(cov.shape[:-2])
+
+
+def safe_cholesky(cov: Tensor, active: Tensor | None = None) -> Tensor:
+    """Cholesky factors of a batch of covariances, ridging only those that fail (see :func:`ridged_cholesky`)."""
+    return ridged_cholesky(cov, active)[0]
 
 
 def grouped_diagonal_moments(group: Tensor, x: Tensor, mask: Tensor, num_groups: int) -> tuple[Tensor, Tensor, Tensor]:

@@ -1,10 +1,10 @@
 """A density q(m, theta_m) fitted to transdimensional draws, for methods that only sample.
 
 q(m) is the method's own model-probability estimate and q(theta_m | m) a
-Gaussian with the per-model moments of the draws (shrunk towards the pooled
-moments when a model has few draws). It lets the suite score sample-only
-methods by cross-entropy; it is a density *of the draws*, so its quality
-reflects both the sampler and the Gaussian shape assumption.
+Gaussian with the per-model moments of the draws (variances shrunk towards the
+pooled per-coordinate variances and correlations towards zero when a model has
+few draws). It lets the suite score sample-only methods by cross-entropy; it
+is a density *of the draws*, so its quality reflects both the sampler and the Gaussian shape assumption.
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ import math
 import torch
 from torch import Tensor
 
-from methods.common.moments import grouped_moments, safe_cholesky, shrunk_covariances
-from suite.method import LogDensityFn
+from methods.common.moments import grouped_moments, ridged_cholesky, shrunk_covariances
 from suite.problem import LOG_SQRT_2PI, Problem
 from suite.types import Draws, ModelProbs
 
@@ -31,9 +30,44 @@ def lookup_log_probs(model_probs: ModelProbs, model_index: Tensor, dtype: torch.
     return torch.where(p > 0, p.log(), torch.full_like(p, -math.inf))
 
 
-def fit_gaussian_per_model(problem: Problem, draws: Draws, model_probs: ModelProbs) -> LogDensityFn:
+class GaussianPerModelDensity:
+    """log q(m, theta_m) = log q(m) + log N(theta_m; mean_m, L_m L_m^T), callable as a ``LogDensityFn``.
+
+    ``num_ridged`` counts the fitted covariances that needed a ridge to be positive definite.
+    """
+
+    def __init__(
+        self, visited: Tensor, active: Tensor, mean: Tensor, chol: Tensor, log_prob: Tensor, num_ridged: int
+    ) -> None:
+        self.visited, self.active, self.mean, self.chol, self.log_prob = visited, active, mean, chol, log_prob
+        self.half_log_det = torch.log(torch.diagonal(chol, dim1=-2, dim2=-1)).sum(-1)
+        self.dims = active.sum(-1).to(mean.dtype)
+        self.num_ridged = num_ridged
+
+    def __call__(self, model_index: Tensor, x: Tensor) -> Tensor:
+        """log q(m, theta_m) of each row, ``-inf`` for models never visited or with zero mass."""
+        out = []
+        for s in range(0, x.shape[0], EVAL_CHUNK):
+            m, xs = model_index[s : s + EVAL_CHUNK], x[s : s + EVAL_CHUNK].to(self.mean.dtype)
+            slot = torch.searchsorted(self.visited, m).clamp_max(self.visited.numel() - 1)
+            known = self.visited[slot] == m
+            centred = torch.where(self.active[slot], xs - self.mean[slot], torch.zeros_like(xs))
+            white = torch.linalg.solve_triangular(self.chol[slot], centred.unsqueeze(-1), upper=False).squeeze(-1)
+            log_q = (
+                self.log_prob[slot]
+                - 0.5 * (white * white).sum(-1)
+                - self.half_log_det[slot]
+                - self.dims[slot] * LOG_SQRT_2PI
+            )
+            out.append(torch.where(known, log_q, torch.full_like(log_q, -math.inf)))
+        return torch.cat(out)
+
+
+def fit_gaussian_per_model(problem: Problem, draws: Draws, model_probs: ModelProbs) -> GaussianPerModelDensity:
     """Fit q(theta_m | m) = N(mean_m, cov_m) per visited model and return log q(m, theta_m).
 
+    Each model's covariance of its active block is shrunk as in :func:`shrunk_covariances` (positive
+    definite by construction); ``num_ridged`` on the result counts any that still needed a ridge.
     Models never visited (or with probability zero) get ``-inf``.
     """
     theta = draws.theta
@@ -46,21 +80,6 @@ def fit_gaussian_per_model(problem: Problem, draws: Draws, model_probs: ModelPro
     active = problem.mask(visited)
     pair = active[:, :, None] & active[:, None, :]
     eye = torch.eye(dim, dtype=theta.dtype, device=theta.device)
-    chol = safe_cholesky(torch.where(pair, cov, eye))
-    half_log_det = torch.log(torch.diagonal(chol, dim1=-2, dim2=-1)).sum(-1)
+    chol, ridge = ridged_cholesky(torch.where(pair, cov, eye), active)
     log_prob = lookup_log_probs(model_probs, visited, theta.dtype)
-    dims = active.sum(-1).to(theta.dtype)
-
-    def log_density(model_index: Tensor, x: Tensor) -> Tensor:
-        out = []
-        for s in range(0, x.shape[0], EVAL_CHUNK):
-            m, xs = model_index[s : s + EVAL_CHUNK], x[s : s + EVAL_CHUNK].to(theta.dtype)
-            slot = torch.searchsorted(visited, m).clamp_max(visited.numel() - 1)
-            known = visited[slot] == m
-            centred = torch.where(active[slot], xs - mean[slot], torch.zeros_like(xs))
-            white = torch.linalg.solve_triangular(chol[slot], centred.unsqueeze(-1), upper=False).squeeze(-1)
-            log_q = log_prob[slot] - 0.5 * (white * white).sum(-1) - half_log_det[slot] - dims[slot] * LOG_SQRT_2PI
-            out.append(torch.where(known, log_q, torch.full_like(log_q, -math.inf)))
-        return torch.cat(out)
-
-    return log_density
+    return GaussianPerModelDensity(visited, active, mean, chol, log_prob, int((ridge > 0).sum()))

@@ -204,7 +204,8 @@ class _Sampler:
         mask = self.problem.mask(state.model_index)
         count, _, cov = grouped_moments(group, state.theta, mask, self.num_groups)
         cov = shrunk_covariances(count, cov, prior_weight=float(self.problem.dim_max + 2))
-        self.base_chol = safe_cholesky(cov)
+        active = self.problem.mask(torch.arange(self.num_groups, device=self.device)) if self.per_model else None
+        self.base_chol = safe_cholesky(cov, active)
         self._refresh_proposal()
         if self.s["matching"] == "standardised":
             # Per-model means and variances of the current states; unvisited models take the pooled
@@ -243,6 +244,8 @@ class _Sampler:
         total = burn_in + iterations
         with self.timer.phase("setup"):
             state = init_state(problem, self.num_chains, s["aux_scale"], self.dtype, self.generator)
+            if not bool(torch.isfinite(state.log_joint).any()):
+                return self._failed(f"target log density is non-finite at all {self.num_chains} initial points")
             self._init_adaptation()
             # Acceptance counts per chain, summed over a block of TRACE_BLOCK iterations.
             self.block_accepts = torch.zeros(2, self.num_chains, dtype=torch.int64, device=self.device)
@@ -311,7 +314,15 @@ class _Sampler:
             "chain_steps_per_s": chain_steps / loop_seconds if loop_seconds > 0 else math.nan,
             "chain_moves_per_s": chain_steps * (1 + s["within_moves"]) / loop_seconds if loop_seconds > 0 else math.nan,
             "density": "visit frequency x Gaussian fitted per model",
+            "density_ridged_models": log_density.num_ridged,
         }
+        if diagnostics["accept_between"] == 0 and diagnostics["accept_within"] == 0:
+            # Every kept draw is a chain's burn-in end point: nothing says they are from the target.
+            return self._failed(
+                f"no proposal accepted in the {iterations} iterations after burn-in "
+                f"(neither between- nor within-model, {self.num_chains} chains)",
+                diagnostics=diagnostics,
+            )
         return Result(
             model_probs=model_probs,
             draws=Draws(kept.model_index[pick], kept.theta[pick]),
@@ -320,6 +331,16 @@ class _Sampler:
             timings=dict(self.timer.timings),
             device=str(self.device),
             dtype=str(self.dtype).removeprefix("torch."),
+        )
+
+    def _failed(self, reason: str, **kwargs: Any) -> Result:
+        """A failed result with this run's timings, device and dtype."""
+        return Result.failed(
+            reason,
+            timings=dict(self.timer.timings),
+            device=str(self.device),
+            dtype=str(self.dtype).removeprefix("torch."),
+            **kwargs,
         )
 
     def _sparse_probs(self, kept_models: Tensor) -> ModelProbs:

@@ -18,6 +18,20 @@ only connect neighbours (bit flips in variable selection), :meth:`PairStatistics
 combines every pair's log ratio by weighted least squares over the graph of proposed pairs (weights: the
 inverse delta-method variances); with proposals only between the reference model and the others it is
 eq. 10 again.
+
+Which pairs are links of that graph. The delta method linearises log mean(alpha), which only means something
+when the mean is measured to well within its own size. A pair (i, j) is a link only when, in each direction,
+
+* the expected number of acceptances, sum of alpha, is at least ``MIN_EXPECTED_ACCEPTS`` (1): a pair proposed
+  once or twice with alpha ~ 1e-12 has a log ratio set by chance alone, and
+* the delta-method variance of log mean(alpha) (the squared coefficient of variation of the mean) is at most
+  ``MAX_SIDE_VARIANCE`` (1): it catches a mean carried by one large alpha among many tiny ones.
+
+For alphas that are 0 or 1 the two rules nearly coincide (var ~ 1 / sum alpha - 1 / n). A model joined to
+the most proposed-from model by no chain of links gets no estimate (the methods fall back to its visit
+frequency). A direction accepted every time has zero sample variance of alpha, yet its mean is only known to
+be 1 - O(1/n): the variance of alpha is shrunk with one pseudo-observation of variance mean * max(1 - mean,
+1/4), so such a direction gets variance 1 / (4 n (n + 1)) for log mean(alpha), not zero.
 """
 
 from __future__ import annotations
@@ -30,8 +44,12 @@ from torch import Tensor
 
 from methods.trj.kernels import JumpRecord
 
-#: Smallest variance of a pair's log ratio in the least-squares weights (all alphas equal gives zero variance).
+#: Smallest variance of a pair's log ratio in the least-squares weights (a guard: links have positive variance).
 MIN_PAIR_VARIANCE = 1e-12
+#: A pair is a link only with at least this many expected acceptances (sum of alpha) in each direction.
+MIN_EXPECTED_ACCEPTS = 1.0
+#: ... and with at most this delta-method variance of log mean(alpha) in each direction.
+MAX_SIDE_VARIANCE = 1.0
 
 
 @dataclass
@@ -85,17 +103,26 @@ class PairStatistics:
             self.log_jump_ratio_sum + other.log_jump_ratio_sum,
         )
 
+    def _side_variances(self) -> Tensor:
+        """Delta-method variance of log mean(alpha) per ordered pair: var(alpha) / (n mean(alpha)^2) (inf if unused)."""
+        n = self.count.clamp_min(1)
+        mean = self.alpha_sum / n
+        # var(alpha) from the sample, shrunk with one pseudo-observation of variance mean (1 - mean), the largest
+        # of a [0, 1] variable with that mean, but at least mean / 4: a pair seen once, or accepted every time,
+        # must not get zero variance (see the module docstring).
+        sample_var = (self.alpha_sq_sum / n - mean * mean).clamp_min(0)
+        prior_var = mean * (1 - mean).clamp_min(0.25)
+        var_alpha = (n * sample_var + prior_var) / (n + 1)
+        usable = (self.count > 0) & (mean > 0)
+        return torch.where(usable, var_alpha / (n * mean * mean), math.inf)
+
     def log_ratios(self) -> tuple[Tensor, Tensor]:
         """log B[i, j] = log pi(i) / pi(j) for pairs proposed both ways with some acceptance (NaN otherwise),
         and the delta-method variance of each (independent proposals: var(alpha) / (n mean(alpha)^2) per side).
         """
         n = self.count.clamp_min(1)
         mean = self.alpha_sum / n
-        # var(alpha) from the sample, shrunk with one pseudo-observation towards mean (1 - mean), the largest
-        # variance of a [0, 1] variable with that mean: a pair seen once must not get zero variance.
-        sample_var = (self.alpha_sq_sum / n - mean * mean).clamp_min(0)
-        var_alpha = (n * sample_var + mean * (1 - mean)).clamp_min(0) / (n + 1)
-        var_log_mean = var_alpha / (n * mean * mean)
+        var_log_mean = self._side_variances()
         usable = (self.count > 0) & (mean > 0)
         log_mean = torch.where(usable, mean.log(), math.nan)
         log_jump = torch.where(usable, self.log_jump_ratio_sum / n, math.nan)
@@ -104,6 +131,13 @@ class PairStatistics:
         log_b.fill_diagonal_(0.0)
         var_b.fill_diagonal_(0.0)
         return log_b, var_b
+
+    def links(self) -> Tensor:
+        """``[K, K]`` symmetric: the pairs informative enough to join the least-squares graph (module docstring)."""
+        side = (self.alpha_sum >= MIN_EXPECTED_ACCEPTS) & (self._side_variances() <= MAX_SIDE_VARIANCE)
+        both = side & side.T
+        both.fill_diagonal_(False)
+        return both
 
     def model_probs(self, reference: int | None = None) -> tuple[Tensor, Tensor]:
         """Eq. 10 with reference model j: pi_hat(i) = B[i, j] / sum_l B[l, j], and delta-method standard errors.
@@ -123,18 +157,16 @@ class PairStatistics:
         return probs, torch.sqrt((jac * jac) @ column_var)
 
     def graph_model_probs(self) -> tuple[Tensor, Tensor, Tensor]:
-        """Model probabilities from every pair's log ratio by weighted least squares; standard errors; reached.
+        """Model probabilities from the links' log ratios by weighted least squares; standard errors; reached.
 
-        Solves min_l sum_{i<j} (l_i - l_j - log B[i, j])^2 / var[i, j] on the connected component of the
-        most proposed-from model (l fixed to 0 there); ``reached`` marks that component, and models outside
-        it get probability 0 (no estimate). Standard errors by the delta method from the solution's
-        covariance (the inverse of the reduced weighted graph Laplacian).
+        Solves min_l sum_{i<j} (l_i - l_j - log B[i, j])^2 / var[i, j] over the links (:meth:`links`) of the
+        connected component of the most proposed-from model (l fixed to 0 there); ``reached`` marks that
+        component, and models outside it get probability 0 (no estimate). Standard errors by the delta method
+        from the solution's covariance (the inverse of the reduced weighted graph Laplacian).
         """
         log_b, var_b = self.log_ratios()
         k = self.num_models
-        # A pair whose mean alpha underflows has an infinite variance: it carries no information.
-        known = torch.isfinite(log_b) & torch.isfinite(var_b)
-        known.fill_diagonal_(False)
+        known = self.links() & torch.isfinite(log_b) & torch.isfinite(var_b)
         weight = torch.where(known, 1.0 / var_b.clamp_min(MIN_PAIR_VARIANCE), 0.0)
         root = int(self.count.sum(1).argmax())
         reached = _component(known, root)

@@ -171,6 +171,13 @@ class _TransportRJ(Method):
             start = torch.randint(len(train), (int(s["num_chains"]),), generator=cpu_generator).to(device)
             m0, theta0 = train.model_index[start], train.theta[start]
             state = ChainState(m0, theta0, problem.log_joint(m0, theta0))
+            if not bool(torch.isfinite(state.log_joint).any()):
+                return Result.failed(
+                    f"target log density is non-finite at all {len(m0)} initial points",
+                    timings=dict(timer.timings),
+                    device=str(device),
+                    dtype=self.dtype,
+                )
             estimate = (counts.to(torch.float64) + 1.0) / (counts.sum() + k)
             chooser = JumpChooser(problem, s["jumps"], estimate)
             chains = run_chains(
@@ -187,6 +194,16 @@ class _TransportRJ(Method):
                 progress=bool(s["progress"]),
                 refresh_auxiliaries=self.refresh_auxiliaries,
             )
+            if chains.accept_between == 0 and chains.accept_within == 0:
+                # The kept draws are the chains' burn-in end points (at the start: training draws), which would
+                # score well without saying anything about this run.
+                return Result.failed(
+                    f"no proposal accepted in the {int(s['num_iterations'])} iterations after burn-in "
+                    f"(neither between- nor within-model, {chains.num_chains} chains)",
+                    timings=dict(timer.timings),
+                    device=str(device),
+                    dtype=self.dtype,
+                )
             model_probs, unreached = self._model_probs(chains, s["estimator"])
             log_q_m = model_probs.dense(k).clamp_min(0).log().to(device, dtype)
             log_density = self._log_density(problem, transport, log_q_m)

@@ -102,7 +102,7 @@ class GaussianIndependenceProposal:
         both = block[:, :, None] & block[:, None, :]
         eye = torch.eye(theta.shape[-1], dtype=theta.dtype, device=theta.device)
         cov = torch.where(both, cov, eye.expand_as(cov))
-        return cls(torch.where(block, mean, 0.0), safe_cholesky(cov), block)
+        return cls(torch.where(block, mean, 0.0), safe_cholesky(cov, block), block)
 
     def sample(self, model_index: Tensor, generator: torch.Generator) -> Tensor:
         """theta = mu_m + L_m eps on the Gaussian block, zero elsewhere."""

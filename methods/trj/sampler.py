@@ -126,8 +126,9 @@ def random_walk_factors(problem: Problem, train: tuple[Tensor, Tensor], dtype: t
     num_models = int(problem.num_models)
     count, _, cov = grouped_moments(model_index, theta.to(dtype), problem.mask(model_index), num_models)
     cov = shrunk_covariances(count, cov, prior_weight=float(problem.dim_max + 2))
-    dims = problem.model_dim(problem.model_space.all_indices(theta.device)).clamp_min(1).to(dtype)
-    return safe_cholesky(cov) * (2.38 / dims.sqrt())[:, None, None]
+    all_models = problem.model_space.all_indices(theta.device)
+    dims = problem.model_dim(all_models).clamp_min(1).to(dtype)
+    return safe_cholesky(cov, problem.mask(all_models)) * (2.38 / dims.sqrt())[:, None, None]
 
 
 @dataclass

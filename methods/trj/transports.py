@@ -61,9 +61,10 @@ class AffineTransport:
         eye = torch.eye(theta.shape[-1], dtype=theta.dtype, device=theta.device)
         cov = torch.where(both, cov, eye.expand_as(cov))
         mean = torch.where(active, mean, torch.zeros_like(mean))
-        # safe_cholesky may add a ridge to a whole matrix; the inactive block must stay exactly the identity, or
-        # the transport would not pass inactive coordinates through and its log-determinant would be off.
-        return cls(mean, torch.where(both, safe_cholesky(cov), eye.expand_as(cov)))
+        # The inactive block must stay exactly the identity, or the transport would not pass inactive
+        # coordinates through and its log-determinant would be off (safe_cholesky's last-resort fallback
+        # could otherwise touch it).
+        return cls(mean, torch.where(both, safe_cholesky(cov, active), eye.expand_as(cov)))
 
     def to_reference(self, model_index: Tensor, theta: Tensor) -> tuple[Tensor, Tensor]:
         """z = L_m^{-1} (theta - mu_m) and its log-determinant -sum log diag L_m."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import time
 import warnings
@@ -184,13 +185,15 @@ class _VTIMethod(Method):
     def _checkpoint_identity(self, problem: Problem, s: dict[str, Any], seed: int) -> dict[str, Any]:
         """What a saved state must match to be continued: method, problem, resolved settings (bar the progress bar)."""
         settings = {key: value for key, value in s.items() if key != "progress"}
-        return {
+        identity = {
             "method": self.name,
             "problem": problem.name,
             "config": problem.config(),
             "settings": settings,
             "seed": seed,
         }
+        # Plain JSON values, so that the checkpoint stays loadable with weights_only=True (suite.checkpoints).
+        return json.loads(json.dumps(identity, sort_keys=True, default=str))
 
     def _build(
         self, problem: Problem, s: dict[str, Any], seed: int, replicate: int, device: torch.device, timer: PhaseTimer

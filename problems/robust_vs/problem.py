@@ -52,7 +52,7 @@ from problems.robust_vs.data import SETTINGS, generate
 from suite.backend import TORCH
 from suite.model_space import BinarySpace
 from suite.problem import LOG_SQRT_2PI, Problem
-from suite.registry import register_problem
+from suite.registry import register_problem, register_problem_variant
 from suite.tensor_ops import DeviceCache
 
 #: Likelihood constants of the authors' code (never the data-generating ones).
@@ -239,15 +239,6 @@ class _RobustVSSweep(RobustVS):
     reference_settings: ClassVar[dict] = {"evidence": "rjmcmc"}
     profiles: ClassVar[tuple[str, ...]] = ("paper",)
 
-    def __init__(
-        self,
-        misspecification: str = "mid",
-        prior_scale: float = 1.5,
-        data_seed: int = 1000,
-        num_observations: int = 50,
-    ) -> None:
-        super().__init__(type(self).num_covariates, misspecification, prior_scale, data_seed, num_observations)
-
 
 def _register_sweep(num_covariates: int, profiles: tuple[str, ...] = ("paper",)) -> type[RobustVS]:
     """Register ``robust-vs-p<num_covariates>`` (2^num_covariates models)."""
@@ -255,18 +246,15 @@ def _register_sweep(num_covariates: int, profiles: tuple[str, ...] = ("paper",))
         f"Misspecified robust variable selection with {num_covariates} candidate covariates "
         f"(2^{num_covariates} = {2**num_covariates:,} models), judged against a long RJMCMC run."
     )
-    cls = type(
-        f"RobustVSP{num_covariates}",
-        (_RobustVSSweep,),
-        {
-            "num_covariates": num_covariates,
-            "profiles": profiles,
-            "sweep": (SWEEP_NAME, num_covariates),
-            "__doc__": doc,
-            "__module__": __name__,
-        },
+    return register_problem_variant(
+        f"robust-vs-p{num_covariates}",
+        _RobustVSSweep,
+        {"num_covariates": num_covariates},
+        doc,
+        num_covariates=num_covariates,
+        profiles=profiles,
+        sweep=(SWEEP_NAME, num_covariates),
     )
-    return register_problem(f"robust-vs-p{num_covariates}")(cls)
 
 
 #: VTI App. E.1's cardinality sweep (|M| from 2^9 to 2^24), planned by ``--problems all`` in the paper profile;

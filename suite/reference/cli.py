@@ -51,6 +51,24 @@ def show(problem: Problem, reference: store.Reference, exact: np.ndarray | None 
         print(line)
 
 
+def add_checksums(problems: list[Problem]) -> int:
+    """Add the arrays' checksum to each stored reference of ``problems`` that lacks one; 1 if any is invalid."""
+    status = 0
+    for problem in problems:
+        path = store.find(problem)
+        if path is None:
+            print(f"{problem.name}: no stored reference")
+            continue
+        try:
+            digest = store.add_checksum(path)
+        except store.InvalidReferenceError as exc:
+            print(f"{problem.name}: not changed: {exc}")
+            status = 1
+            continue
+        print(f"{problem.name}: {path.with_suffix('.json')} has {store.CHECKSUM_KEY} {digest}")
+    return status
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point."""
     tune_allocator()
@@ -75,6 +93,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="for problems with exact answers: estimate anyway and compare (nothing is stored)",
     )
+    parser.add_argument(
+        "--add-checksum",
+        action="store_true",
+        help="check the stored references of these problems and add the checksum of their arrays to their json "
+        "(for references written before checksums were kept; the arrays are not changed; nothing is computed)",
+    )
     args = parser.parse_args(argv)
     names = list(available_problems()) if args.problems == "all" else args.problems.split(",")
     try:
@@ -82,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     except UnknownNameError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.add_checksum:
+        return add_checksums(chosen)
     for problem in chosen:
         if problem.unavailable_reason():
             print(f"{problem.name}: unavailable: {problem.unavailable_reason()}")
@@ -90,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{problem.name}: exact ground truth; nothing to compute (--validate compares the engine with it)")
             continue
         if not args.validate and not args.force and store.find(problem) is not None:
+            why = store.reference_problem(problem)
+            if why:
+                print(f"{problem.name}: unusable: {why}")
+                continue
             print(f"{problem.name}: stored at {store.find(problem)} (--force recomputes)")
             show(problem, store.load(problem))
             continue

@@ -9,6 +9,20 @@ two files in ``references/<problem>/``: ``<key>.npz`` (arrays) and
 diagnostics). Folders searched, in order: ``TDBENCH_REFERENCES``
 (``os.pathsep``-separated) and the repository's ``references/``, where small
 references are shipped.
+
+Every reference is validated when read, and one that fails is refused with
+:class:`InvalidReferenceError` naming the file (and a problem with such a
+reference is reported unavailable by :func:`reference_problem` rather than
+scored against it): both files readable; the arrays present, with consistent
+shapes; probabilities finite, non-negative and summing to one (within
+``PROB_SUM_TOLERANCE``; an MCMC reference's visited models too); standard
+errors finite and non-negative (NaN only where there is no evidence); gold
+draws finite and of listed models; the json naming the problem, configuration
+and key asked for; and the arrays matching the SHA-256 checksum the json keeps
+(``arrays_sha256``, :func:`arrays_sha256`). A reference without a checksum
+(written before checksums were kept) is refused too, with a message saying
+how to add one after checking it: ``python -m suite.reference PROBLEM
+--add-checksum`` (:func:`add_checksum`).
 """
 
 from __future__ import annotations
@@ -17,6 +31,8 @@ import hashlib
 import json
 import os
 import tempfile
+import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +49,34 @@ REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 SHIPPED_DIR = REPO_ROOT / "references"
 ENV_VAR = "TDBENCH_REFERENCES"
 FORMAT_VERSION = 1
+#: Largest allowed |sum of p(m | D) - 1| of a stored reference.
+PROB_SUM_TOLERANCE = 1e-6
+#: Arrays every reference holds (``model_index`` is optional).
+REQUIRED_ARRAYS = (
+    "log_evidence",
+    "log_evidence_se",
+    "log_model_prior",
+    "prob",
+    "prob_se",
+    "gold_model_index",
+    "gold_theta",
+)
+#: The json key holding the checksum of the arrays.
+CHECKSUM_KEY = "arrays_sha256"
+
+
+class InvalidReferenceError(ValueError):
+    """A stored reference that cannot be used: unreadable, inconsistent, of another problem, or altered."""
+
+
+def arrays_sha256(arrays: dict[str, np.ndarray]) -> str:
+    """SHA-256 over the arrays in name order: each one's name, dtype, shape and C-order bytes."""
+    digest = hashlib.sha256()
+    for name in sorted(arrays):
+        array = np.ascontiguousarray(arrays[name])
+        digest.update(f"{name}\0{array.dtype.str}\0{array.shape}\0".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
 
 
 def _key(name: str, config: dict[str, Any], evidence: str) -> str:
@@ -133,7 +177,13 @@ class Reference:
         }
         if self.model_index is not None:
             arrays["model_index"] = self.model_index.astype(np.int64)
-        meta = {"format": FORMAT_VERSION, "problem": self.problem, "config": self.config, **self.provenance}
+        meta = {
+            "format": FORMAT_VERSION,
+            "problem": self.problem,
+            "config": self.config,
+            CHECKSUM_KEY: arrays_sha256(arrays),
+            **{k: v for k, v in self.provenance.items() if k != CHECKSUM_KEY},
+        }
         npz_path, json_path = target / f"{self.key}.npz", target / f"{self.key}.json"
         for path, write in (
             (npz_path, lambda h: np.savez_compressed(h, **arrays)),
@@ -147,13 +197,24 @@ class Reference:
 
     @classmethod
     def read(cls, npz_path: Path) -> Reference:
-        """Load a reference from its npz file (and the json beside it)."""
-        meta = json.loads(Path(npz_path).with_suffix(".json").read_text())
-        if meta.get("format") != FORMAT_VERSION:
-            raise ValueError(f"{npz_path}: reference format {meta.get('format')} != {FORMAT_VERSION}")
-        with np.load(npz_path) as arrays:
-            data = {k: arrays[k] for k in arrays.files}
-        provenance = {k: v for k, v in meta.items() if k not in ("format", "problem", "config")}
+        """Load and validate a reference from its npz file and the json beside it (InvalidReferenceError: bad)."""
+        npz_path = Path(npz_path)
+        meta, data = _read_files(npz_path)
+        _check_contents(npz_path, meta, data)
+        stored = meta.get(CHECKSUM_KEY)
+        json_path = npz_path.with_suffix(".json")
+        if stored is None:
+            raise InvalidReferenceError(
+                f"reference {json_path} has no {CHECKSUM_KEY} checksum (written before checksums were kept): check "
+                f"it, then add one with `python -m suite.reference {meta['problem']} --add-checksum`, or regenerate "
+                "it with --force"
+            )
+        if stored != arrays_sha256(data):
+            raise InvalidReferenceError(
+                f"reference {npz_path} does not match the {CHECKSUM_KEY} checksum in {json_path.name}: its arrays "
+                "were altered or damaged; regenerate it (python -m suite.reference PROBLEM --force)"
+            )
+        provenance = {k: v for k, v in meta.items() if k not in ("format", "problem", "config", CHECKSUM_KEY)}
         return cls(
             problem=meta["problem"],
             config=meta["config"],
@@ -169,6 +230,108 @@ class Reference:
         )
 
 
+def _read_files(npz_path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The json (an object with format, problem and config) and the arrays of a reference; refused when unreadable."""
+    json_path = npz_path.with_suffix(".json")
+    try:
+        meta = json.loads(json_path.read_text())
+    except FileNotFoundError:
+        raise InvalidReferenceError(f"reference {npz_path} has no {json_path.name} beside it") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise InvalidReferenceError(f"unreadable reference {json_path}: {type(exc).__name__}: {exc}") from None
+    if not isinstance(meta, dict):
+        raise InvalidReferenceError(f"invalid reference {json_path}: a JSON {type(meta).__name__}, not an object")
+    if meta.get("format") != FORMAT_VERSION:
+        raise InvalidReferenceError(f"reference {json_path}: format {meta.get('format')!r} != {FORMAT_VERSION}")
+    if not isinstance(meta.get("problem"), str) or not isinstance(meta.get("config"), dict):
+        raise InvalidReferenceError(f"invalid reference {json_path}: needs a problem name and a config object")
+    try:
+        with np.load(npz_path, allow_pickle=False) as arrays:
+            data = {k: arrays[k] for k in arrays.files}
+    except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile, zlib.error) as exc:
+        raise InvalidReferenceError(f"unreadable reference {npz_path}: {type(exc).__name__}: {exc}") from None
+    return meta, data
+
+
+def _check_contents(npz_path: Path, meta: dict[str, Any], data: dict[str, np.ndarray]) -> None:
+    """Refuse arrays that are missing, of inconsistent shapes or invalid values, or a json not matching its key."""
+
+    def bad(why: str) -> InvalidReferenceError:
+        return InvalidReferenceError(f"invalid reference {npz_path}: {why}")
+
+    missing = [name for name in REQUIRED_ARRAYS if name not in data]
+    if missing:
+        raise bad(f"missing array(s) {', '.join(missing)}")
+    for name in [*REQUIRED_ARRAYS, "model_index"]:
+        kind = "iu" if name in ("gold_model_index", "model_index") else "f"
+        if name in data and data[name].dtype.kind not in kind:
+            raise bad(f"{name} has dtype {data[name].dtype}")
+    prob = data["prob"]
+    if prob.ndim != 1 or len(prob) == 0:
+        raise bad(f"prob must be a non-empty vector, has shape {prob.shape}")
+    k = len(prob)
+    for name in ("log_evidence", "log_evidence_se", "log_model_prior", "prob_se", "model_index"):
+        if name in data and data[name].shape != (k,):
+            raise bad(f"{name} has shape {data[name].shape}, prob has {(k,)}")
+    n = len(data["gold_model_index"])
+    if data["gold_model_index"].ndim != 1 or data["gold_theta"].ndim != 2 or data["gold_theta"].shape[0] != n:
+        raise bad(f"gold_model_index {data['gold_model_index'].shape} and gold_theta {data['gold_theta'].shape} differ")
+    if not np.all(np.isfinite(prob)) or np.any(prob < 0):
+        raise bad("prob holds NaN, infinite or negative values")
+    if abs(float(prob.sum()) - 1.0) > PROB_SUM_TOLERANCE:
+        raise bad(f"prob sums to {float(prob.sum())!r}, not 1 (within {PROB_SUM_TOLERANCE})")
+    if not np.all(np.isfinite(data["prob_se"])) or np.any(data["prob_se"] < 0):
+        raise bad("prob_se holds NaN, infinite or negative values")
+    evidence, evidence_se = data["log_evidence"], data["log_evidence_se"]
+    none = np.isnan(evidence)  # an MCMC reference estimates no evidences: NaN with NaN errors
+    if np.any(np.isinf(evidence)) or np.any(np.isnan(evidence_se) != none):
+        raise bad("log_evidence is infinite, or its standard error is NaN where it is not (or the reverse)")
+    if not np.all(np.isfinite(evidence_se[~none])) or np.any(evidence_se[~none] < 0):
+        raise bad("log_evidence_se holds infinite or negative values")
+    if not np.all(np.isfinite(data["log_model_prior"])):
+        raise bad("log_model_prior holds NaN or infinite values")
+    models = np.arange(k) if "model_index" not in data else data["model_index"]
+    if np.any(models < 0) or len(np.unique(models)) != k:
+        raise bad("model_index holds negative or repeated models")
+    if not np.all(np.isin(data["gold_model_index"], models)):
+        raise bad("gold_model_index holds models the reference does not list")
+    if not np.all(np.isfinite(data["gold_theta"])):
+        raise bad("gold_theta holds NaN or infinite values")
+    key = _key(meta["problem"], meta["config"], meta.get("evidence", "smc"))
+    if npz_path.stem != key:
+        raise bad(f"its json describes {meta['problem']!r} with key {key}, not the file's key {npz_path.stem}")
+
+
+def add_checksum(npz_path: Path) -> str:
+    """Validate a reference written before checksums were kept and store the checksum of its arrays in its json.
+
+    The arrays are left untouched; the json is rewritten (atomically) with ``arrays_sha256`` added after its config.
+    A reference that already has a checksum is verified instead (InvalidReferenceError when it does not match).
+    Returns the checksum.
+    """
+    npz_path = Path(npz_path)
+    meta, data = _read_files(npz_path)
+    _check_contents(npz_path, meta, data)
+    digest = arrays_sha256(data)
+    if CHECKSUM_KEY in meta:
+        Reference.read(npz_path)  # verifies it
+        return digest
+    order = list(meta)
+    at = order.index("config") + 1
+    updated = {name: meta[name] for name in order[:at]} | {CHECKSUM_KEY: digest}
+    updated |= {name: meta[name] for name in order[at:]}
+    json_path = npz_path.with_suffix(".json")
+    fd, tmp = tempfile.mkstemp(dir=json_path.parent, prefix=f".{json_path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(json.dumps(updated, indent=1, default=str))
+        os.replace(tmp, json_path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return digest
+
+
 def find(problem: Problem) -> Path | None:
     """Path of the stored reference of this problem instance, or None."""
     key = reference_key(problem)
@@ -180,9 +343,40 @@ def find(problem: Problem) -> Path | None:
 
 
 def load(problem: Problem) -> Reference | None:
-    """The stored reference of this problem instance, or None when there is none."""
+    """The stored reference of this problem instance, or None when there is none; InvalidReferenceError when bad."""
     path = find(problem)
-    return None if path is None else Reference.read(path)
+    if path is None:
+        return None
+    reference = Reference.read(path)
+    if reference.problem != problem.name:
+        raise InvalidReferenceError(f"reference {path} is of problem {reference.problem!r}, not {problem.name!r}")
+    asked = json.loads(json.dumps(problem.config(), sort_keys=True, default=str))
+    if json.loads(json.dumps(reference.config, sort_keys=True, default=str)) != asked:
+        raise InvalidReferenceError(
+            f"reference {path} was made for configuration {reference.config}, not {problem.name}'s {problem.config()}"
+        )
+    if reference.gold_theta.shape[1] != problem.dim_max:
+        raise InvalidReferenceError(
+            f"invalid reference {path}: gold_theta has {reference.gold_theta.shape[1]} coordinates, "
+            f"{problem.name} has {problem.dim_max}"
+        )
+    if reference.model_index is None and problem.num_models is not None and len(reference.prob) != problem.num_models:
+        raise InvalidReferenceError(
+            f"invalid reference {path}: {len(reference.prob)} model probabilities, {problem.name} has "
+            f"{problem.num_models} models"
+        )
+    return reference
+
+
+def reference_problem(problem: Problem) -> str | None:
+    """Why the stored reference of ``problem`` cannot be used (naming the file), or None (valid, exact or none)."""
+    if has_exact_reference(problem) or evidence_method(problem) == "none" or find(problem) is None:
+        return None
+    try:
+        problem.stored_reference()
+    except InvalidReferenceError as exc:
+        return str(exc)
+    return None
 
 
 def missing_message(problem: Problem) -> str:
@@ -209,7 +403,7 @@ def describe(problem: Problem) -> dict[str, Any]:
     path = find(problem)
     if path is None:
         return {"kind": "missing", "message": missing_message(problem)}
-    reference = Reference.read(path)
+    reference = load(problem)
     keys = (
         "method",
         "evidence",

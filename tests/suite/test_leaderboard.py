@@ -48,3 +48,27 @@ def test_files_are_written(tmp_path) -> None:
     assert len(pd.read_csv(tmp_path / "leaderboard_sas.csv")) == 2
     assert len(pd.read_csv(tmp_path / "records_long.csv")) == 9  # 4 ok runs x 2 metrics + 1 failure row
     assert plot_model_probs("sas", RECORDS, tmp_path / "p.png").stat().st_size > 1000
+
+
+def test_exact_reference_is_labelled_and_kl_metrics_follow_cross_entropy(tmp_path) -> None:
+    from suite.leaderboard import format_for_terminal, reference_kind
+
+    exact = [
+        {**record(m, s, tv), "reference": {"kind": "exact"}}
+        for m, s, tv in (("a", 0, 0.1), ("a", 1, 0.3), ("b", 0, 0.01))
+    ]
+    for rec in exact:
+        rec["metrics"] = {
+            **rec["metrics"],
+            "kl_reverse": {"value": 0.5, "se": 0.01},
+            "kl_joint": {"value": 0.2, "se": 0.01},
+        }
+    assert reference_kind(exact, "sas") == "exact"
+    assert reference_kind(RECORDS, "sas") is None  # records without a reference entry get no label
+    table = write_leaderboards(exact, tmp_path)["sas"]
+    columns = [c for c in table.columns if c in ("cross_entropy", "kl_joint", "kl_reverse")]
+    assert columns == ["cross_entropy", "kl_joint", "kl_reverse"]
+    assert "Reference: exact." in (tmp_path / "leaderboard_sas.md").read_text()
+    assert "reference: exact" in format_for_terminal("sas", table, reference_kind(exact, "sas"))
+    write_leaderboards(RECORDS, tmp_path)
+    assert "Reference:" not in (tmp_path / "leaderboard_sas.md").read_text()

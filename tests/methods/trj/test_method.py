@@ -137,9 +137,10 @@ def test_least_squares_bridge_needs_no_reference_column() -> None:
 
 
 def test_unconnected_models_get_no_estimate() -> None:
-    frm, to = torch.tensor([0, 1]), torch.tensor([1, 0])
+    # Four proposals each way: a pair is a link only with at least one expected acceptance per direction.
+    frm, to = torch.tensor([0, 1] * 4), torch.tensor([1, 0] * 4)
     record = JumpRecord(
-        frm, to, torch.tensor([0.0, -math.log(2)], dtype=torch.float64), torch.zeros(2, dtype=torch.float64)
+        frm, to, torch.tensor([0.0, -math.log(2)] * 4, dtype=torch.float64), torch.zeros(8, dtype=torch.float64)
     )
     probs, _, reached = PairStatistics.of(record, 3).graph_model_probs()
     assert reached.tolist() == [True, True, False]
@@ -148,10 +149,10 @@ def test_unconnected_models_get_no_estimate() -> None:
 
 def test_pairs_whose_acceptance_underflows_carry_no_information() -> None:
     """alpha ~ 1e-300 both ways: the pair's variance is infinite, so it must not join the least-squares graph."""
-    frm, to = torch.tensor([0, 1, 0, 2]), torch.tensor([1, 0, 2, 0])
-    log_alpha = torch.tensor([-700.0, -700.0, 0.0, -math.log(3)], dtype=torch.float64)
+    frm, to = torch.tensor([0, 1, 0, 2] * 4), torch.tensor([1, 0, 2, 0] * 4)
+    log_alpha = torch.tensor([-700.0, -700.0, 0.0, -math.log(3)] * 4, dtype=torch.float64)
     probs, _, reached = PairStatistics.of(
-        JumpRecord(frm, to, log_alpha, torch.zeros(4, dtype=torch.float64)), 3
+        JumpRecord(frm, to, log_alpha, torch.zeros(16, dtype=torch.float64)), 3
     ).graph_model_probs()
     assert reached.tolist() == [True, False, True]
     torch.testing.assert_close(probs, torch.tensor([0.25, 0.0, 0.75], dtype=torch.float64))

@@ -1,0 +1,80 @@
+"""One compact grid of a results folder (problem x method), for the README: generated from records, never typed.
+
+Each cell is ``main metric / cross-entropy / walltime`` (means over the seeds that finished), ``failed`` when
+every run failed, and ``-`` where the folder holds no run (the method does not apply, or was not run). Usage::
+
+    python -m suite.overview results/quick            # Markdown on standard output
+    python -m suite.overview results/quick --problems sas,robust-vs
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from suite import records as rec
+from suite.leaderboard import long_table, main_metric, summary_table, to_markdown
+
+#: Methods in the order of the grid's columns (others follow, alphabetically).
+COLUMN_ORDER = ["rjmcmc-baseline", "rjmcmc-naive", "vti-surrogate", "vti-mcg", "trj", "ctrj"]
+
+
+def _number(value: float) -> str:
+    if isinstance(value, float) and math.isnan(value):
+        return "-"
+    if math.isinf(value):
+        return "inf"
+    return f"{value:.3g}"
+
+
+def _cell(row: pd.Series, metric: str) -> str:
+    if row["failed"] == row["runs"]:
+        return "failed"
+    parts = [_number(row.get(metric, math.nan))]
+    parts.append(_number(row.get("cross_entropy", math.nan)))
+    seconds = row.get("walltime_s", math.nan)
+    parts.append("-" if math.isnan(seconds) else f"{seconds:.0f} s" if seconds >= 1 else f"{seconds:.1f} s")
+    return " / ".join(parts)
+
+
+def overview(records: list[dict[str, Any]], problems: list[str] | None = None) -> pd.DataFrame:
+    """The grid: one row per problem, one column per method; cells ``main metric / cross-entropy / walltime``."""
+    long = long_table(records)
+    names = sorted(long["problem"].unique()) if problems is None else problems
+    order = {name: i for i, name in enumerate(COLUMN_ORDER)}
+    methods = sorted(long["method"].dropna().unique(), key=lambda m: (order.get(m, len(order)), m))
+    rows = []
+    for problem in names:
+        table = summary_table(long, problem)
+        metric = main_metric(problem)
+        row: dict[str, str] = {"problem": f"`{problem}` ({metric})"}
+        for method in methods:
+            match = table[table["method"] == method] if not table.empty else table
+            row[method] = "-" if match.empty else _cell(match.iloc[0], metric)
+        rows.append(row)
+    grid = pd.DataFrame(rows)
+    return grid
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the grid of a results folder as Markdown."""
+    parser = argparse.ArgumentParser(prog="python -m suite.overview", description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path, help="results folder (as given to run_all.py --out)")
+    parser.add_argument("--problems", default=None, help="comma-separated problems, in this order (default: all)")
+    args = parser.parse_args(argv)
+    records = rec.load_records(args.out)
+    if not records:
+        print(f"python -m suite.overview: error: no records under {args.out}", file=sys.stderr)
+        return 2
+    problems = None if args.problems is None else [p.strip() for p in args.problems.split(",") if p.strip()]
+    print(to_markdown(overview(records, problems)), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

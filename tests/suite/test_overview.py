@@ -1,0 +1,43 @@
+"""The README grid is computed from records: means over seeds, failed and missing runs marked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from suite import records as rec
+from suite.overview import main, overview
+
+
+def _record(problem: str, method: str, seed: int, tv: float | None, ce: float, seconds: float) -> dict:
+    status = "ok" if tv is not None else "failed"
+    metrics = {} if tv is None else {"model_prob_tv": {"value": tv}, "cross_entropy": {"value": ce, "se": 0.01}}
+    if tv is not None:
+        metrics["walltime_s"] = {"value": seconds}
+    return {"problem": problem, "method": method, "seed": seed, "status": status, "reason": None, "metrics": metrics}
+
+
+def test_cells_are_means_over_seeds_with_failed_and_missing_runs_marked() -> None:
+    records = [
+        _record("sas", "rjmcmc-baseline", 0, 0.01, 3.0, 2.0),
+        _record("sas", "rjmcmc-baseline", 1, 0.03, 5.0, 4.0),
+        _record("sas", "trj", 0, None, 0.0, 0.0),
+        _record("robust-vs", "trj", 0, 0.5, float("inf"), 0.2),
+    ]
+    grid = overview(records, ["sas", "robust-vs"])
+    assert list(grid.columns) == ["problem", "rjmcmc-baseline", "trj"]  # the README's column order
+    sas, robust = grid.iloc[0], grid.iloc[1]
+    assert sas["rjmcmc-baseline"] == "0.02 / 4 / 3 s"
+    assert sas["trj"] == "failed"
+    assert robust["rjmcmc-baseline"] == "-"
+    assert robust["trj"] == "0.5 / inf / 0.2 s"
+
+
+def test_command_line_prints_markdown_and_refuses_an_empty_folder(tmp_path: Path, capsys) -> None:
+    assert main([str(tmp_path)]) == 2
+    assert "no records" in capsys.readouterr().err
+    key = rec.RunKey("sas", "trj", 0, {"profile": "quick"})
+    rec.write_record(tmp_path, key, _record("sas", "trj", 0, 0.1, 2.0, 1.5))
+    assert main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "| problem | trj |"
+    assert "0.1 / 2 / 2 s" in out
