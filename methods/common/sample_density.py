@@ -10,6 +10,7 @@ is a density *of the draws*, so its quality reflects both the sampler and the Ga
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -33,19 +34,29 @@ def lookup_log_probs(model_probs: ModelProbs, model_index: Tensor, dtype: torch.
 class GaussianPerModelDensity:
     """log q(m, theta_m) = log q(m) + log N(theta_m; mean_m, L_m L_m^T), callable as a ``LogDensityFn``.
 
-    ``num_ridged`` counts the fitted covariances that needed a ridge to be positive definite.
+    Models with draws have their own fitted Gaussian. A model that q gives mass but that has no draws (a sampler
+    visited it between the kept iterations) gets the diagonal Gaussian of all draws' moments on its active
+    coordinates, so that the density is positive wherever q(m) is. ``num_ridged`` counts the fitted
+    covariances that needed a ridge to be positive definite.
     """
 
     def __init__(
-        self, visited: Tensor, active: Tensor, mean: Tensor, chol: Tensor, log_prob: Tensor, num_ridged: int
+        self,
+        fitted: tuple[Tensor, Tensor, Tensor, Tensor],
+        model_probs: ModelProbs,
+        mask: Callable[[Tensor], Tensor],
+        fallback: tuple[Tensor, Tensor],
+        num_ridged: int,
     ) -> None:
-        self.visited, self.active, self.mean, self.chol, self.log_prob = visited, active, mean, chol, log_prob
-        self.half_log_det = torch.log(torch.diagonal(chol, dim1=-2, dim2=-1)).sum(-1)
-        self.dims = active.sum(-1).to(mean.dtype)
+        self.visited, self.active, self.mean, self.chol = fitted
+        self.model_probs, self.mask = model_probs, mask
+        self.fallback_mean, self.fallback_var = fallback
+        self.half_log_det = torch.log(torch.diagonal(self.chol, dim1=-2, dim2=-1)).sum(-1)
+        self.dims = self.active.sum(-1).to(self.mean.dtype)
         self.num_ridged = num_ridged
 
     def __call__(self, model_index: Tensor, x: Tensor) -> Tensor:
-        """log q(m, theta_m) of each row, ``-inf`` for models never visited or with zero mass."""
+        """log q(m, theta_m) of each row, ``-inf`` for models with zero mass."""
         out = []
         for s in range(0, x.shape[0], EVAL_CHUNK):
             m, xs = model_index[s : s + EVAL_CHUNK], x[s : s + EVAL_CHUNK].to(self.mean.dtype)
@@ -53,14 +64,18 @@ class GaussianPerModelDensity:
             known = self.visited[slot] == m
             centred = torch.where(self.active[slot], xs - self.mean[slot], torch.zeros_like(xs))
             white = torch.linalg.solve_triangular(self.chol[slot], centred.unsqueeze(-1), upper=False).squeeze(-1)
-            log_q = (
-                self.log_prob[slot]
-                - 0.5 * (white * white).sum(-1)
-                - self.half_log_det[slot]
-                - self.dims[slot] * LOG_SQRT_2PI
-            )
-            out.append(torch.where(known, log_q, torch.full_like(log_q, -math.inf)))
+            fitted = -0.5 * (white * white).sum(-1) - self.half_log_det[slot] - self.dims[slot] * LOG_SQRT_2PI
+            if not bool(known.all()):
+                fitted = torch.where(known, fitted, self._fallback_log_prob(m, xs))
+            out.append(lookup_log_probs(self.model_probs, m, self.mean.dtype) + fitted)
         return torch.cat(out)
+
+    def _fallback_log_prob(self, model_index: Tensor, x: Tensor) -> Tensor:
+        """log N(theta_m; pooled mean, diag(pooled variance)) on each row's active coordinates."""
+        active = self.mask(model_index)
+        z = (x - self.fallback_mean) / self.fallback_var.sqrt()
+        terms = -0.5 * z * z - 0.5 * self.fallback_var.log() - LOG_SQRT_2PI
+        return torch.where(active, terms, torch.zeros_like(terms)).sum(-1)
 
 
 def fit_gaussian_per_model(problem: Problem, draws: Draws, model_probs: ModelProbs) -> GaussianPerModelDensity:
@@ -68,12 +83,14 @@ def fit_gaussian_per_model(problem: Problem, draws: Draws, model_probs: ModelPro
 
     Each model's covariance of its active block is shrunk as in :func:`shrunk_covariances` (positive
     definite by construction); ``num_ridged`` on the result counts any that still needed a ridge.
-    Models never visited (or with probability zero) get ``-inf``.
+    Models with zero probability get ``-inf``; models with probability but no draws get a pooled diagonal
+    Gaussian (see :class:`GaussianPerModelDensity`).
     """
     theta = draws.theta
     dim = theta.shape[-1]
     visited, group = torch.unique(draws.model_index, return_inverse=True)
-    count, mean, cov = grouped_moments(group, theta, problem.mask(draws.model_index), visited.numel())
+    draw_mask = problem.mask(draws.model_index)
+    count, mean, cov = grouped_moments(group, theta, draw_mask, visited.numel())
     cov = shrunk_covariances(count, cov, prior_weight=float(dim + 2))
     # Decouple inactive coordinates (identity there) so that the Cholesky factor's
     # active block is the factor of the active covariance, whatever the coordinate order.
@@ -81,5 +98,10 @@ def fit_gaussian_per_model(problem: Problem, draws: Draws, model_probs: ModelPro
     pair = active[:, :, None] & active[:, None, :]
     eye = torch.eye(dim, dtype=theta.dtype, device=theta.device)
     chol, ridge = ridged_cholesky(torch.where(pair, cov, eye), active)
-    log_prob = lookup_log_probs(model_probs, visited, theta.dtype)
-    return GaussianPerModelDensity(visited, active, mean, chol, log_prob, int((ridge > 0).sum()))
+    everything = torch.zeros(len(draws), dtype=torch.int64, device=theta.device)
+    _, pooled_mean, pooled_cov = grouped_moments(everything, theta, draw_mask, 1)
+    pooled_var = torch.diagonal(pooled_cov[0])
+    pooled_var = torch.where(pooled_var > 0, pooled_var, torch.ones_like(pooled_var))
+    return GaussianPerModelDensity(
+        (visited, active, mean, chol), model_probs, problem.mask, (pooled_mean[0], pooled_var), int((ridge > 0).sum())
+    )

@@ -298,4 +298,4 @@ def _register_sweep(num_covariates: int, profiles: tuple[str, ...] = ("paper",))
 
 
 #: p = 8 in every profile; p = 12, 16, 20 in the paper profile only (each runs in any profile when named).
-SWEEP = {p: _register_sweep(p, ("smoke", "quick", "paper") if p == 8 else ("paper",)) for p in (8, 12, 16, 20)}
+SWEEP = {p: _register_sweep(p, ("smoke", "paper") if p == 8 else ("paper",)) for p in (8, 12, 16, 20)}

@@ -2,6 +2,7 @@
 
 import math
 
+import pytest
 import torch
 
 from methods.common.sample_density import fit_gaussian_per_model
@@ -92,3 +93,22 @@ def test_fitted_density_cross_entropy_matches_exact_entropy_of_a_transdimensiona
     # misfit adds only 2e-3. The remaining slack is Monte Carlo error of the test average (SE ~ 8e-3).
     fit_excess = float((probs * dims * (dims + 3) / (4 * n_train)).sum())
     assert abs(cross_entropy - exact_entropy) < 4 * se + fit_excess + 10 * float(probs[4])
+
+
+def test_a_model_with_probability_but_no_draws_gets_the_pooled_diagonal_density(gaussian_models) -> None:
+    # A sampler can visit a model only between its kept iterations: q(m) > 0 without draws. Its density is
+    # then log q(m) + the diagonal Gaussian of all draws' moments on its active coordinates (never -inf).
+    train = gaussian_models.reference_draws(5_000, torch.Generator().manual_seed(0))
+    kept = train.model_index != 3
+    without_model_3 = Draws(train.model_index[kept], train.theta[kept])
+    probs = gaussian_models.reference_model_probs()
+    log_q = fit_gaussian_per_model(gaussian_models, without_model_3, probs)
+    x = torch.tensor([[0.3, -0.2]], dtype=torch.float64)
+    active = gaussian_models.mask(torch.tensor([3]))[0]
+    draw_mask = gaussian_models.mask(without_model_3.model_index)
+    expected = math.log(float(probs.prob[3]))
+    for j in active.nonzero().flatten().tolist():
+        values = without_model_3.theta[draw_mask[:, j], j]
+        mean, var = float(values.mean()), float(values.var(unbiased=False))
+        expected += -0.5 * (x[0, j].item() - mean) ** 2 / var - 0.5 * math.log(2 * math.pi * var)
+    assert float(log_q(torch.tensor([3]), x)) == pytest.approx(expected, abs=1e-9)
