@@ -21,6 +21,7 @@ METRIC_ORDER = [
     "model_prob_tv",
     "model_prob_kl",
     "model_prob_max_abs",
+    "model_prob_missed",
     "cross_entropy",
     "kl_joint",
     "kl_reverse",

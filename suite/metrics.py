@@ -56,6 +56,12 @@ def kl_divergence(truth: ModelProbs, estimate: ModelProbs) -> float:
     return float((p[support] * (p[support].log() - q[support].log())).sum())
 
 
+def missed_mass(truth: ModelProbs, estimate: ModelProbs) -> float:
+    """Probability under the truth of the models the estimate gives zero: why its KL and cross-entropy are ``inf``."""
+    p, q = _aligned(truth, estimate)
+    return float(p[q <= 0].sum())
+
+
 def max_abs_error(truth: ModelProbs, estimate: ModelProbs) -> float:
     """Largest absolute difference of any model's probability."""
     p, q = _aligned(truth, estimate)
@@ -83,7 +89,12 @@ def model_prob_metrics(truth: ModelProbs, estimate: ModelProbs) -> dict[str, Est
     bootstrap of the truth within its Monte Carlo error: how much of the
     value may be the reference's error rather than the method's.
     """
-    functions = {"model_prob_tv": total_variation, "model_prob_kl": kl_divergence, "model_prob_max_abs": max_abs_error}
+    functions = {
+        "model_prob_tv": total_variation,
+        "model_prob_kl": kl_divergence,
+        "model_prob_max_abs": max_abs_error,
+        "model_prob_missed": missed_mass,
+    }
     values = {name: fn(truth, estimate) for name, fn in functions.items()}
     if truth.se is None or not bool((truth.se > 0).any()):
         return {name: Estimate(value) for name, value in values.items()}

@@ -5,7 +5,14 @@ import math
 import pytest
 import torch
 
-from suite.metrics import cross_entropy, kl_divergence, max_abs_error, model_prob_metrics, total_variation
+from suite.metrics import (
+    cross_entropy,
+    kl_divergence,
+    max_abs_error,
+    missed_mass,
+    model_prob_metrics,
+    total_variation,
+)
 from suite.types import ModelProbs
 
 
@@ -32,6 +39,9 @@ def test_sparse_supports_are_aligned_by_model_index() -> None:
     assert total_variation(truth, estimate) == pytest.approx(0.5 * (0.6 + 0.0 + 0.6))
     assert max_abs_error(truth, estimate) == pytest.approx(0.6)
     assert kl_divergence(truth, estimate) == math.inf
+    assert missed_mass(truth, estimate) == pytest.approx(0.6)  # the mass that makes the KL infinite
+    assert missed_mass(truth, probs([1.0], index=[3])) == pytest.approx(0.4)
+    assert missed_mass(truth, truth) == 0.0
 
 
 def test_cross_entropy_of_exact_gaussian_is_its_entropy() -> None:
