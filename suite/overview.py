@@ -4,7 +4,7 @@ Each cell is ``main metric / cross-entropy / walltime`` (means over the seeds th
 every run failed, and ``-`` where the folder holds no run (the method does not apply, or was not run). Usage::
 
     python -m suite.overview results/quick            # Markdown on standard output
-    python -m suite.overview results/quick --problems sas,robust-vs
+    python -m suite.overview results/quick --problems sas,robust-vs --methods rjmcmc-baseline,trj
 """
 
 from __future__ import annotations
@@ -42,12 +42,15 @@ def _cell(row: pd.Series, metric: str) -> str:
     return " / ".join(parts)
 
 
-def overview(records: list[dict[str, Any]], problems: list[str] | None = None) -> pd.DataFrame:
+def overview(
+    records: list[dict[str, Any]], problems: list[str] | None = None, methods: list[str] | None = None
+) -> pd.DataFrame:
     """The grid: one row per problem, one column per method; cells ``main metric / cross-entropy / walltime``."""
     long = long_table(records)
     names = sorted(long["problem"].unique()) if problems is None else problems
     order = {name: i for i, name in enumerate(COLUMN_ORDER)}
-    methods = sorted(long["method"].dropna().unique(), key=lambda m: (order.get(m, len(order)), m))
+    if methods is None:
+        methods = sorted(long["method"].dropna().unique(), key=lambda m: (order.get(m, len(order)), m))
     rows = []
     for problem in names:
         table = summary_table(long, problem)
@@ -66,13 +69,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m suite.overview", description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="results folder (as given to run_all.py --out)")
     parser.add_argument("--problems", default=None, help="comma-separated problems, in this order (default: all)")
+    parser.add_argument("--methods", default=None, help="comma-separated methods, in this order (default: all)")
     args = parser.parse_args(argv)
     records = rec.load_records(args.out)
     if not records:
         print(f"python -m suite.overview: error: no records under {args.out}", file=sys.stderr)
         return 2
-    problems = None if args.problems is None else [p.strip() for p in args.problems.split(",") if p.strip()]
-    print(to_markdown(overview(records, problems)), end="")
+    problems, methods = (
+        None if text is None else [n.strip() for n in text.split(",") if n.strip()]
+        for text in (args.problems, args.methods)
+    )
+    print(to_markdown(overview(records, problems, methods)), end="")
     return 0
 
 

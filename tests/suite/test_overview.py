@@ -30,6 +30,8 @@ def test_cells_are_means_over_seeds_with_failed_and_missing_runs_marked() -> Non
     assert sas["trj"] == "failed"
     assert robust["rjmcmc-baseline"] == "-"
     assert robust["trj"] == "0.5 / inf / 0.2 s"
+    chosen = overview(records, ["sas"], ["trj", "rjmcmc-naive"])
+    assert list(chosen.columns) == ["problem", "trj", "rjmcmc-naive"] and chosen.iloc[0]["rjmcmc-naive"] == "-"
 
 
 def test_command_line_prints_markdown_and_refuses_an_empty_folder(tmp_path: Path, capsys) -> None:
