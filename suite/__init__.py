@@ -1,6 +1,7 @@
 """tdbench suite: contracts, registry, harness, metrics, results and leaderboards."""
 
-from suite.method import Budget, Method, Result
+from suite.context import RunContext, RunningEstimate
+from suite.method import Method, Result
 from suite.model_space import BinarySpace, CategoricalSpace, ModelSpace
 from suite.problem import ExactTransport, Problem
 from suite.registry import (
@@ -15,7 +16,6 @@ from suite.types import Draws, ModelProbs
 
 __all__ = [
     "BinarySpace",
-    "Budget",
     "CategoricalSpace",
     "Draws",
     "ExactTransport",
@@ -24,6 +24,8 @@ __all__ = [
     "ModelSpace",
     "Problem",
     "Result",
+    "RunContext",
+    "RunningEstimate",
     "available_methods",
     "available_problems",
     "make_method",

@@ -1,12 +1,13 @@
 """Resumable state of a run in progress, so that a long training interrupted part way loses at most a few minutes.
 
 The harness gives each run a :class:`CheckpointSlot` (a file under the results folder, named after the run's key,
-and how often to save) for the duration of :meth:`Method.run`; a method that can resume asks for it with
-:func:`current_slot`, saves its state there now and then, and on the next attempt of the same run starts from what
-it finds. The harness deletes the file once the run's record is written. Methods that ignore the slot lose nothing
-but the unfinished run, as before. Because the file name carries the run's configuration hash, a checkpoint is only
-ever offered to the same problem, method options, profile and seed; the method still checks that the state it
-finds matches what it is about to do and starts afresh (with a warning) when it does not.
+and how often to save) for the duration of :meth:`Method.run` as ``context.checkpoint``
+(:class:`suite.context.RunContext`); a method that can resume saves its state there now and then, and on the next
+attempt of the same run starts from what it finds. The harness deletes the file once the run's record is written.
+Methods that ignore the slot lose nothing but the unfinished run, as before. Because the file name carries the run's
+configuration hash, a checkpoint is only ever offered to the same problem, method options, profile and seed; the
+method still checks that the state it finds matches what it is about to do and starts afresh (with a warning) when
+it does not.
 
 A checkpoint is loaded with ``torch.load(weights_only=True)``: a file planted in the results folder can hold data
 only, never run code. So a state may hold only tensors (RNG states are ByteTensors), ``torch.Size``/``dtype``/
@@ -22,9 +23,6 @@ import os
 import tempfile
 import warnings
 from collections import OrderedDict
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,21 +104,3 @@ def check_weights_only(value: Any, where: str = "state") -> None:
 def checkpoint_path(out: Path, record_filename: str) -> Path:
     """The checkpoint file of the run whose record is ``record_filename`` under results folder ``out``."""
     return Path(out) / CHECKPOINTS_DIR / (Path(record_filename).stem + ".pt")
-
-
-_SLOT: ContextVar[CheckpointSlot | None] = ContextVar("tdbench_checkpoint_slot", default=None)
-
-
-def current_slot() -> CheckpointSlot | None:
-    """The checkpoint slot of the run in progress, or None when the caller gave none (tests, direct calls)."""
-    return _SLOT.get()
-
-
-@contextmanager
-def checkpoint_slot(slot: CheckpointSlot | None) -> Iterator[CheckpointSlot | None]:
-    """Offer ``slot`` to the methods run inside the block."""
-    token = _SLOT.set(slot)
-    try:
-        yield slot
-    finally:
-        _SLOT.reset(token)

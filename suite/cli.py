@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import errno
 import json
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -19,8 +20,9 @@ from tqdm.auto import tqdm
 from suite import checkpoints as ckpt
 from suite import parallel as par
 from suite import records as rec
+from suite.curves import plot_curves
 from suite.dag_tables import dag_tables, format_dag_table
-from suite.harness import DEVICE_CHOICES, resolve_device, tune_allocator
+from suite.harness import DEVICE_CHOICES, resolve_device, tune_allocator, warm_up_torch
 from suite.leaderboard import (
     NOT_APPLICABLE,
     format_for_terminal,
@@ -29,7 +31,7 @@ from suite.leaderboard import (
     reported_comparison,
     write_leaderboards,
 )
-from suite.method import DTYPES, PROFILES, Budget, Method
+from suite.method import DTYPES, PROFILES, Method
 from suite.options import OptionError, check_option, method_annotations, problem_annotations
 from suite.plots import plot_model_probs
 from suite.problem import Problem
@@ -42,6 +44,7 @@ from suite.registry import (
     method_class,
     problem_class,
 )
+from suite.runner import _jsonable
 from suite.sweeps import format_sweep, plot_sweep, sweep_tables
 
 #: Gold-standard draws per problem used for cross-entropy, by profile.
@@ -73,7 +76,12 @@ class PlannedRun:
 
     key: rec.RunKey
     problem: Problem
+    #: The method with its options resolved for this problem and profile (:meth:`Method.resolve`).
     method: Method
+    #: Compute seconds the run may use (None: the profile's iteration counts).
+    time_budget_s: float | None = None
+    #: Counts of the timed run this one replays (``--replay-counts``), or None.
+    replay: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -162,6 +170,27 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PROBLEM.NAME=VALUE",
         help="set a problem's constructor argument, e.g. dag-mlp.data_seed=3 or dag-mlp.num_samples=256 "
         "(repeatable; JSON values as for --option; such runs get their own records)",
+    )
+    parser.add_argument(
+        "--time-budget",
+        type=_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="compute seconds every run may use: it stops there and returns its estimate (default: the quick "
+        "profile's per-problem budget; smoke and paper run their iteration counts)",
+    )
+    parser.add_argument(
+        "--no-time-budget",
+        action="store_true",
+        help="run the profile's iteration counts even in quick (the suite before equal-time budgets)",
+    )
+    parser.add_argument(
+        "--replay-counts",
+        type=Path,
+        default=None,
+        metavar="RECORD_OR_DIR",
+        help="rerun timed runs with the iteration counts their records hold instead of the clock: the same seed "
+        "then gives bitwise the same numbers on any machine (a record file, or a results folder)",
     )
     parser.add_argument(
         "--checkpoint-every",
@@ -283,22 +312,20 @@ def plan_runs(args: argparse.Namespace, device: torch.device) -> tuple[list[Plan
         if reason:
             notes.append(Skipped(problem_name, None, reason))
             continue
+        budget_s = time_budget_for(problem, args)
         for method_name in methods:
-            method = make_method(method_name, **{"dtype": args.dtype, **args.method_options.get(method_name, {})})
-            try:
-                method.settings(problem, Budget(profile=args.profile, num_draws=args.draws))
-            except (TypeError, ValueError) as exc:
-                raise UsageError(f"{method_name} on {problem_name}: {exc}") from None
+            method = make_method(method_name, **args.method_options.get(method_name, {}))
             why_not = method.supports(problem)
             if why_not:
                 notes.append(Skipped(problem_name, method_name, why_not))
                 continue
-            if hasattr(method, "progress"):
-                method.progress = not args.no_progress
-            options = {k: v for k, v in method.options().items() if k != "progress"}
+            try:
+                resolved = method.resolve(problem, args.profile)
+            except (TypeError, ValueError) as exc:
+                raise UsageError(f"{method_name} on {problem_name}: {exc}") from None
             config = {
                 "problem_config": problem.config(),
-                "method_options": options,
+                "method_options": method.options(),
                 "profile": args.profile,
                 # The preset fills the options left at None, so a changed preset must not reuse old records.
                 "profile_preset": method.profiles.get(args.profile, {}),
@@ -307,10 +334,44 @@ def plan_runs(args: argparse.Namespace, device: torch.device) -> tuple[list[Plan
                 # Methods are scored on the "test" half of stored references (the "train" half is for learning).
                 "gold_split": "test",
                 "device": device.type,
+                "dtype": args.dtype,
+                "time_budget_s": budget_s,
             }
             for seed in range(_seeds_for(method, args)):
-                plan.append(PlannedRun(rec.RunKey(problem_name, method_name, seed, config), problem, method))
+                replay = _replay_for(args, problem, method_name, seed)
+                if args.replay is not None and replay is None:
+                    notes.append(Skipped(problem_name, method_name, f"no timed record of seed {seed} to replay"))
+                    continue
+                key_config = config if replay is None else {**config, "replayed": replay["file"]}
+                if replay is not None:
+                    key_config["time_budget_s"] = replay["time_budget_s"]
+                plan.append(
+                    PlannedRun(
+                        rec.RunKey(problem_name, method_name, seed, key_config),
+                        problem,
+                        resolved,
+                        key_config["time_budget_s"],
+                        None if replay is None else replay["counts"],
+                    )
+                )
     return plan, notes
+
+
+def time_budget_for(problem: Problem, args: argparse.Namespace) -> float | None:
+    """The compute seconds every method gets on ``problem``: ``--time-budget``, else the problem's for the profile."""
+    if getattr(args, "no_time_budget", False):
+        return None
+    if getattr(args, "time_budget", None) is not None:
+        return float(args.time_budget)
+    return problem.time_budgets.get(args.profile)
+
+
+def _replay_for(args: argparse.Namespace, problem: Problem, method: str, seed: int) -> dict[str, Any] | None:
+    """The recorded counts (with budget and file) of the timed run ``--replay-counts`` holds for this run, if any."""
+    if getattr(args, "replay", None) is None:
+        return None
+    config = json.dumps(_jsonable(problem.config()), sort_keys=True, default=str)
+    return args.replay.get((problem.name, method, seed, config))
 
 
 def _seeds_for(method: Method, args: argparse.Namespace) -> int:
@@ -336,6 +397,16 @@ def _validate(args: argparse.Namespace) -> torch.device:
         if value > limit:
             raise UsageError(f"{flag} {value} is more than this suite allows ({limit:,})")
     _check_out(args.out, args.profile)
+    if args.time_budget is not None and args.no_time_budget:
+        raise UsageError("--time-budget and --no-time-budget contradict each other; give one")
+    args.replay = None
+    if args.replay_counts is not None:
+        if args.time_budget is not None or args.no_time_budget:
+            raise UsageError("--replay-counts takes the budget from the records it replays; drop --time-budget")
+        try:
+            args.replay = rec.load_replay_counts(args.replay_counts)
+        except ValueError as exc:
+            raise UsageError(f"--replay-counts: {exc}") from None
     if not args.checkpoint_every >= 0:
         raise UsageError(f"--checkpoint-every must be 0 (never save) or a positive number, got {args.checkpoint_every}")
     try:
@@ -376,6 +447,17 @@ def _profiles_in(out: Path) -> set[str]:
     return found
 
 
+def _seconds(text: str) -> float:
+    """``--time-budget``'s value: a positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
 def _out_folder(text: str) -> Path:
     """``--out``'s value as a path; an empty name (which would mean the current folder) is refused."""
     if not text.strip():
@@ -397,22 +479,24 @@ def run_plan(plan: list[PlannedRun], args: argparse.Namespace, device: torch.dev
     threads = max(1, torch.get_num_threads() // jobs) if jobs > 1 else torch.get_num_threads()
     if jobs > 1:
         print(f"{len(todo)} runs in {jobs} worker processes, {threads} thread(s) each (--jobs 1: one at a time)")
-    budget = Budget(profile=args.profile, num_draws=args.draws)
 
     def spec(run: PlannedRun) -> par.RunSpec:
-        options = {**run.method.options(), "progress": False} if jobs > 1 else run.method.options()
-        problem_options = args.problem_options.get(run.key.problem, {})
         return par.RunSpec(
             run.key,
-            options,
-            budget,
+            run.method.options(),
+            args.profile,
+            args.draws,
             str(device),
             args.eval_draws,
             args.out,
             jobs,
             threads,
-            problem_options,
+            args.problem_options.get(run.key.problem, {}),
             checkpoint_every_s=args.checkpoint_every,
+            dtype=args.dtype,
+            progress=jobs == 1 and not args.no_progress,
+            time_budget_s=run.time_budget_s,
+            replay=run.replay,
         )
 
     by_key = {run.key.filename: run for run in todo}
@@ -421,6 +505,7 @@ def run_plan(plan: list[PlannedRun], args: argparse.Namespace, device: torch.dev
     if jobs > 1:
         outcomes = par.run_in_workers([spec(run) for run in todo], jobs, threads)
     else:
+        warm_up_torch()
         outcomes = _run_serially([spec(run) for run in todo], by_key, bar)
     for done, status, reason in outcomes:
         bar.update(1)
@@ -474,6 +559,9 @@ def report(records: list[dict], out: Path, profile: str | None = None) -> None:
         png = plot_model_probs(problem, records, out / f"leaderboard_{problem}.png")
         if png:
             print(f"   plot: {png}")
+        curves = plot_curves(problem, records, out / f"curves_{problem}.png")
+        if curves:
+            print(f"   error against time: {curves}")
     for name, table in sweep_tables(records).items():
         print()
         print(format_sweep(name, table))

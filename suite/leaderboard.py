@@ -1,4 +1,9 @@
-"""Leaderboards: records -> long table -> one summary table per problem (mean and SE over seeds)."""
+"""Leaderboards: records -> long table -> one summary table per problem (mean and SE over seeds).
+
+Besides the end-of-run metrics, a leaderboard built from records (``summary_table(..., records=records)``) shows
+the main metric along each run's trace (its running estimates, scored at snapshots of its compute clock): the
+value at a few common compute times and the time to reach the stated accuracy of :data:`REACH_TARGETS`.
+"""
 
 from __future__ import annotations
 
@@ -30,6 +35,34 @@ METRIC_ORDER = [
 LEGEND = "mean ± standard error over seeds; (MC ± x): the metric's own Monte Carlo error (gold draws / reference)"
 #: Status of a leaderboard row for a method that does not apply to a problem (no run, the reason shown).
 NOT_APPLICABLE = "not_applicable"
+
+#: Stated accuracy per main metric for the time-to-reach column: (comparison, threshold). A main metric not listed
+#: (``neg_elbo``, ``cross_entropy``: end-of-run metrics with no trace) gets no such column.
+REACH_TARGETS: dict[str, tuple[str, float]] = {
+    "model_prob_tv": ("<=", 0.05),
+    "model_prob_kl": ("<=", 0.01),
+    "model_prob_max_abs": ("<=", 0.05),
+    "k_abs_error": ("<=", 0.1),
+    "q_true_k": (">=", 0.9),
+    "edge_f1": (">=", 0.8),
+    "shd": ("<=", 2.0),
+    "expected_shd": ("<=", 1.0),
+}
+#: Short metric names for the compact trace columns (``TV@3s``, ``t(TV<=0.05)``).
+SHORT_NAMES = {
+    "model_prob_tv": "TV",
+    "model_prob_kl": "KL",
+    "model_prob_max_abs": "maxerr",
+    "k_abs_error": "kerr",
+    "q_true_k": "q(k*)",
+    "edge_f1": "F1",
+    "shd": "SHD",
+    "expected_shd": "ESHD",
+}
+#: Fractions of the common time budget at which the main metric is shown, when a problem's runs share one budget.
+BUDGET_FRACTIONS = (0.1, 0.3, 1.0)
+#: Compute seconds at which the main metric is shown otherwise.
+FIXED_TIMES_S = (1.0, 10.0, 100.0)
 
 
 def long_table(records: list[dict[str, Any]]) -> pd.DataFrame:
@@ -75,8 +108,13 @@ def mean_and_se(values: pd.Series) -> tuple[float, float]:
     return float(np.mean(v)), float(np.std(v, ddof=1) / math.sqrt(len(v))) if len(v) > 1 else math.nan
 
 
-def summary_table(long: pd.DataFrame, problem: str) -> pd.DataFrame:
-    """Per-method mean and standard error over seeds of each metric, best first by the main metric."""
+def summary_table(long: pd.DataFrame, problem: str, records: list[dict[str, Any]] | None = None) -> pd.DataFrame:
+    """Per-method mean and standard error over seeds of each metric, best first by the main metric.
+
+    With ``records`` the table also has the trace columns of :func:`trace_columns` (named in
+    ``table.attrs["trace"]``), and when the problem's runs share one time budget it is sorted by the main metric at
+    that budget (the median over seeds of the final values).
+    """
     sub = long[long["problem"] == problem]
     metrics = [m for m in METRIC_ORDER if m in set(sub["metric"])]
     metrics += sorted(set(sub["metric"]) - set(metrics) - {"status"})
@@ -102,11 +140,158 @@ def summary_table(long: pd.DataFrame, problem: str) -> pd.DataFrame:
     if table.empty:
         return table
     key = main_metric(problem)
+    ascending = key not in higher_is_better(problem)
     if key in table:
-        table = table.sort_values(
-            key, ascending=key not in higher_is_better(problem), na_position="last", kind="stable"
+        table = table.sort_values(key, ascending=ascending, na_position="last", kind="stable")
+    info: dict[str, Any] = {}
+    if records is not None:
+        columns, info = trace_columns(records, problem)
+        if info:
+            for name in info["columns"]:
+                table[name] = [columns.get(m, {}).get(name, math.nan) for m in table["method"]]
+            if info["budget_s"] is not None:
+                at_budget = info["at"][-1]
+                table = table.sort_values(at_budget, ascending=ascending, na_position="last", kind="stable")
+    table = table.reset_index(drop=True)
+    table.attrs["trace"] = info
+    return table
+
+
+def common_budget(records: list[dict[str, Any]], problem: str) -> float | None:
+    """The time budget (compute seconds) all of a problem's runs had, or None if they differ or had none.
+
+    Rows for methods that do not apply are not runs; a record written before budgets were recorded counts as none.
+    """
+    budgets = {
+        (rec.get("budget") or {}).get("time_budget_s")
+        for rec in records
+        if rec["problem"] == problem and rec["status"] != NOT_APPLICABLE
+    }
+    if len(budgets) != 1:
+        return None
+    (budget,) = budgets
+    return float(budget) if isinstance(budget, int | float) and budget > 0 else None
+
+
+def trace_series(record: dict[str, Any], metric: str) -> tuple[list[float], list[float | None]] | None:
+    """A record's snapshot seconds and running values of ``metric`` (None before an estimate), or None if untraced."""
+    trace = record.get("trace") or {}
+    values = (trace.get("metrics") or {}).get(metric)
+    seconds = trace.get("seconds")
+    if not seconds or values is None or len(values) != len(seconds):
+        return None
+    return [float(t) for t in seconds], [None if v is None or math.isnan(v) else float(v) for v in values]
+
+
+def value_at(seconds: list[float], values: list[float | None], at: float) -> float | None:
+    """The running value at compute time ``at``: the value of the last snapshot at or before it (no extrapolation).
+
+    None before the first snapshot or where that snapshot had no estimate yet. A run that ended before ``at`` keeps
+    its final value: it had finished.
+    """
+    last = None
+    for t, v in zip(seconds, values, strict=True):
+        if t > at:
+            break
+        last = v
+    return last
+
+
+def time_to_reach(seconds: list[float], values: list[float | None], target: tuple[str, float]) -> float:
+    """The first snapshot time after which the running value stays within ``target`` until the run's end; inf if never.
+
+    A dip into the target that is left again does not count: only the final stretch inside the target does.
+    """
+    op, threshold = target
+    reached = math.inf
+    for t, v in zip(reversed(seconds), reversed(values), strict=True):
+        if v is None or not (v <= threshold if op == "<=" else v >= threshold):
+            break
+        reached = t
+    return reached
+
+
+def trace_columns(records: list[dict[str, Any]], problem: str) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Per method, the main metric along the traces of its successful runs, and a description of the columns.
+
+    Columns (``<m>``: the main metric's short name, e.g. ``TV``):
+
+    - ``<m>@<T>s``: the median over seeds of the running value at ``T`` compute seconds (:func:`value_at`), over the
+      seeds that had an estimate by then (NaN, shown ``-``, when none had). ``T`` is 10%, 30% and 100% of the common
+      time budget when the problem's runs share one (:func:`common_budget`), else 1, 10 and 100 s. At the common
+      budget a run's value is its final one (a run stops at the budget, overshooting by at most one iteration;
+      a run without a trace contributes its final metric there).
+    - ``t(<m><=x)`` (or ``>=``): the median over traced seeds of :func:`time_to_reach` for the target of
+      :data:`REACH_TARGETS`, a seed that never reached it counting as infinite (so inf, shown ``not reached``, when
+      at least half the seeds did not); ``t(...) seeds``: ``k/n``, how many of the n traced seeds reached it.
+
+    The description (``{}`` when no run of the problem has a trace of its main metric): ``metric``, ``budget_s``,
+    ``times``, ``at`` (the names of the value columns), ``reach`` (the time-to-reach column or None), ``target``
+    and ``columns`` (all names, in order).
+    """
+    metric = main_metric(problem)
+    runs = [rec for rec in records if rec["problem"] == problem and rec["status"] == "ok"]
+    series = {id(rec): trace_series(rec, metric) for rec in runs}
+    if not any(s is not None for s in series.values()):
+        return {}, {}
+    budget = common_budget(records, problem)
+    times = [budget * f for f in BUDGET_FRACTIONS] if budget is not None else list(FIXED_TIMES_S)
+    short = SHORT_NAMES.get(metric, metric)
+    at_names = [f"{short}@{t:.3g}s" for t in times]
+    target = REACH_TARGETS.get(metric)
+    reach = None if target is None else f"t({short}{target[0]}{target[1]:g})"
+    names = at_names + ([reach, f"{reach} seeds"] if reach else [])
+    out: dict[str, dict[str, Any]] = {}
+    for method in sorted({rec["method"] for rec in runs}):
+        mine = [rec for rec in runs if rec["method"] == method]
+        row: dict[str, Any] = {}
+        for name, t in zip(at_names, times, strict=True):
+            values = []
+            for rec in mine:
+                s = series[id(rec)]
+                if budget is not None and t == times[-1]:
+                    final = (rec.get("metrics") or {}).get(metric, {}).get("value")
+                    v = final if final is not None else (s[1][-1] if s else None)
+                else:
+                    v = value_at(*s, t) if s else None
+                if v is not None and not math.isnan(v):
+                    values.append(v)
+            row[name] = float(np.median(values)) if values else math.nan
+        if reach and target is not None:
+            traced = [series[id(rec)] for rec in mine if series[id(rec)] is not None]
+            hits = [time_to_reach(*s, target) for s in traced if s is not None]
+            row[reach] = float(np.median(hits)) if hits else math.nan
+            row[f"{reach} seeds"] = f"{sum(math.isfinite(h) for h in hits)}/{len(hits)}" if hits else ""
+        out[method] = row
+    info = {
+        "metric": metric,
+        "budget_s": budget,
+        "times": times,
+        "at": at_names,
+        "reach": reach,
+        "target": target,
+        "columns": names,
+    }
+    return out, info
+
+
+def trace_note(table: pd.DataFrame) -> str:
+    """A sentence explaining a summary table's trace columns ("" when it has none)."""
+    info = table.attrs.get("trace") or {}
+    if not info:
+        return ""
+    metric, times = info["metric"], info["times"]
+    spelled = ", ".join(f"{t:.3g}" for t in times[:-1]) + f" and {times[-1]:.3g} compute s"
+    if info["budget_s"] is not None:
+        spelled += f" ({', '.join(f'{f:.0%}' for f in BUDGET_FRACTIONS)} of the common budget: the final value)"
+    text = f"{', '.join(info['at'])}: running {metric} at {spelled}, median over seeds; -: no estimate yet."
+    if info["reach"]:
+        op, threshold = info["target"]
+        text += (
+            f" {info['reach']}: first compute time after which it stays {op} {threshold:g} until the run's end, "
+            "median over seeds (k/n: k of n seeds reached it; not reached: half or more never did)."
         )
-    return table.reset_index(drop=True)
+    return text
 
 
 def higher_is_better(problem: str) -> frozenset[str]:
@@ -141,6 +326,12 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
         return table
     metrics = [c for c in table.columns if f"{c}_se" in table.columns]
     shown = table[["method", "runs", "failed"]].copy()
+    info = table.attrs.get("trace") or {}
+    for name in info.get("at", []):
+        shown[name] = ["-" if math.isnan(v) else "inf" if math.isinf(v) else f"{v:.3g}" for v in table[name]]
+    if info.get("reach"):
+        reach = info["reach"]
+        shown[reach] = [format_reach(t, k) for t, k in zip(table[reach], table[f"{reach} seeds"], strict=True)]
     for metric in metrics:
         mc = table[f"{metric}_mc_se"] if f"{metric}_mc_se" in table else [math.nan] * len(table)
         shown[metric] = [
@@ -151,6 +342,15 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
     if "not_applicable" in table and table["not_applicable"].str.len().gt(0).any():
         shown["not_applicable"] = table["not_applicable"]
     return shown
+
+
+def format_reach(seconds: float, seeds: str) -> str:
+    """``2.3s``, ``not reached`` or ``-`` (no trace), with ``(k/n)`` when only some (k of n) seeds reached it."""
+    if isinstance(seconds, float) and math.isnan(seconds):
+        return "-"
+    text = "not reached" if math.isinf(seconds) else f"{seconds:.3g}s"
+    reached, _, total = str(seeds).partition("/")
+    return text + (f" ({seeds})" if total and reached not in ("0", total) else "")
 
 
 def to_markdown(table: pd.DataFrame) -> str:
@@ -170,11 +370,14 @@ def write_leaderboards(records: list[dict[str, Any]], out: Path) -> dict[str, pd
     profiles = ", ".join(sorted({str((rec.get("budget") or {}).get("profile")) for rec in records} - {"None"}))
     tables = {}
     for problem in sorted(long["problem"].unique()):
-        table = summary_table(long, problem)
+        table = summary_table(long, problem, records)
         tables[problem] = table
         write_atomically(out / f"leaderboard_{problem}.csv", lambda path, table=table: table.to_csv(path, index=False))
-        title = f"# Leaderboard: {problem}\n\nSorted by `{main_metric(problem)}` ({_direction(problem)} is better). "
+        sort_key = _sort_key(problem, table, "`")
+        title = f"# Leaderboard: {problem}\n\nSorted by {sort_key} ({_direction(problem)} is better). "
         title += f"{LEGEND}\n\n"
+        note = trace_note(table)
+        title += f"{note}\n\n" if note else ""
         kind = reference_kind(records, problem)
         title += f"Reference: {kind}.\n\n" if kind else ""
         title += f"Profile: {profiles}.\n\n" if profiles else ""
@@ -211,8 +414,18 @@ def reference_kind(records: list[dict[str, Any]], problem: str) -> str | None:
 def format_for_terminal(problem: str, table: pd.DataFrame, reference: str | None = None) -> str:
     """A plain-text rendering of one problem's leaderboard (``reference``: its ground truth's kind, if known)."""
     shown = f"; reference: {reference}" if reference else ""
-    header = f"== {problem}  (sorted by {main_metric(problem)}, {_direction(problem)} is better{shown}; {LEGEND})"
-    return header + "\n" + display_table(table).to_string(index=False)
+    header = f"== {problem}  (sorted by {_sort_key(problem, table)}, {_direction(problem)} is better{shown}; {LEGEND})"
+    note = trace_note(table)
+    return header + "\n" + (f"   {note}\n" if note else "") + display_table(table).to_string(index=False)
+
+
+def _sort_key(problem: str, table: pd.DataFrame, quote: str = "") -> str:
+    """What a summary table is sorted by: the main metric, at the common budget when its runs share one."""
+    info = table.attrs.get("trace") or {}
+    text = f"{quote}{main_metric(problem)}{quote}"
+    if info.get("budget_s") is not None:
+        text += f" at the common budget of {info['budget_s']:.3g} s ({quote}{info['at'][-1]}{quote})"
+    return text
 
 
 def reported_comparison(records: list[dict[str, Any]]) -> pd.DataFrame:

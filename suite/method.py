@@ -1,18 +1,22 @@
-"""The ``Method`` contract, the ``Budget`` a method runs under and the ``Result`` it returns."""
+"""The ``Method`` contract and the ``Result`` a method returns (the run itself is described by a ``RunContext``)."""
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import torch
 from torch import Tensor
 
 from suite.problem import Problem
 from suite.types import Draws, ModelProbs
+
+if TYPE_CHECKING:
+    from suite.context import RunContext
 
 PROFILES = ("smoke", "quick", "paper")
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
@@ -23,30 +27,6 @@ LogDensityFn = Callable[[Tensor, Tensor], Tensor]
 SamplerFn = Callable[[int, torch.Generator], Draws]
 
 
-@dataclass(frozen=True)
-class Budget:
-    """How much work a run may do.
-
-    ``profile`` picks a method's preset sizes: ``smoke`` (seconds, for tests
-    and CI), ``quick`` (the default leaderboard) or ``paper`` (the source
-    papers' settings). ``num_draws`` is the number of posterior draws the
-    result should carry.
-    """
-
-    profile: str = "quick"
-    num_draws: int = 4096
-
-    def __post_init__(self) -> None:
-        if self.profile not in PROFILES:
-            raise ValueError(f"unknown profile {self.profile!r}; valid: {', '.join(PROFILES)}")
-        if self.num_draws <= 0:
-            raise ValueError("num_draws must be positive")
-
-
-#: Timing key of the seconds earlier, interrupted attempts of a resumed run spent (added to its walltime).
-RESUMED_TIMING = "resumed"
-
-
 @dataclass
 class Result:
     """What a method returns for one run.
@@ -55,10 +35,8 @@ class Result:
     ``log_density`` is log q(m, theta_m) (needed for cross-entropy); None when
     the method has no density. ``sample_q`` draws afresh from that same
     density (variational methods); with it the suite measures the negative
-    ELBO. ``timings`` maps phase names (setup, train, sample) to seconds; a
-    method that resumed from a checkpoint (:mod:`suite.checkpoints`) puts the
-    seconds its interrupted attempts spent under ``RESUMED_TIMING`` ("resumed"),
-    which the suite adds to the run's walltime.
+    ELBO. ``timings`` maps phase names (setup, train, sample) to seconds; the
+    run context's timer (``context.timer.timings``) is merged in by the suite.
     ``metrics_scope="task"`` marks a point estimate (e.g. one graph from an
     optimiser): it is scored only on the problem's own task metrics, never
     on model-probability errors against a posterior.
@@ -72,9 +50,6 @@ class Result:
     sample_q: SamplerFn | None = None
     diagnostics: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
-    device: str = "cpu"
-    dtype: str = "float64"
-    peak_memory_bytes: int | None = None
     metrics_scope: Literal["all", "task"] = "all"
 
     @classmethod
@@ -83,11 +58,24 @@ class Result:
         return cls(status="failed", reason=reason, **kwargs)
 
 
+#: Parameters of ``Method.run`` since the run context replaced (budget, seed, device).
+RUN_PARAMETERS = ("self", "problem", "context")
+OLD_RUN_MESSAGE = (
+    "{cls} defines run{signature}; methods now define run(self, problem, context): the budget's profile and "
+    "number of draws, the seed, device, dtype, progress display, checkpoint slot and time budget all arrive in "
+    "one suite.context.RunContext, and the options are the method's own fields, already resolved from the "
+    "profile by Method.resolve (see the README, 'Adding a method')"
+)
+
+
 class Method(ABC):
     """A transdimensional inference algorithm that sees only the ``Problem`` interface.
 
-    Subclasses are dataclasses whose fields are their options; a field left at
-    None takes its value from the budget's profile (see :meth:`settings`).
+    Subclasses are frozen dataclasses whose fields are their options; a field left at None takes its value
+    from the profile's preset. The planner calls :meth:`resolve` once per (problem, profile), which fills the
+    presets in and checks the values (:meth:`finalise`), and runs the resolved copy: ``run`` reads typed
+    attributes, never a dict of settings. Everything else about the run (seed, device, dtype, time budget,
+    trace) comes in the :class:`suite.context.RunContext`.
     """
 
     #: Registry name.
@@ -97,30 +85,41 @@ class Method(ABC):
     #: Seeds ``run_all.py`` runs per profile when ``--seeds`` is not given (missing: the suite's default).
     default_seeds: ClassVar[dict[str, int]] = {}
 
-    dtype: str = "float64"
-
     def options(self) -> dict[str, Any]:
         """The options this method was constructed with (None = from profile)."""
         if dataclasses.is_dataclass(self):
             return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        return {"dtype": self.dtype}
+        return {}
 
-    def settings(self, problem: Problem, budget: Budget) -> dict[str, Any]:
-        """Resolved options for this problem and budget: constructor values over profile presets."""
-        preset = self.profiles.get(budget.profile, {})
-        return {key: preset.get(key) if value is None else value for key, value in self.options().items()}
+    def resolve(self, problem: Problem, profile: str) -> Method:
+        """A copy with every option left at None filled from ``profile``'s preset, checked by :meth:`finalise`."""
+        if profile not in PROFILES:
+            raise ValueError(f"unknown profile {profile!r}; valid: {', '.join(PROFILES)}")
+        preset = self.profiles.get(profile, {})
+        options = self.options()
+        unknown = sorted(set(preset) - set(options))
+        if unknown:
+            raise ValueError(f"{self.name}: profile {profile!r} presets unknown options {', '.join(unknown)}")
+        filled = {key: preset[key] for key, value in options.items() if value is None and key in preset}
+        resolved = dataclasses.replace(self, **filled) if filled else self
+        return resolved.finalise(problem)
+
+    def finalise(self, problem: Problem) -> Method:
+        """Check resolved options for sense (ValueError naming the valid choices); may return a changed copy."""
+        return self
 
     def supports(self, problem: Problem) -> str | None:
         """Why this method cannot run on ``problem``, or None if it can."""
         return None
 
-    @property
-    def torch_dtype(self) -> torch.dtype:
-        """The torch dtype named by ``dtype``."""
-        if self.dtype not in DTYPES:
-            raise ValueError(f"unknown dtype {self.dtype!r}; valid: {', '.join(DTYPES)}")
-        return DTYPES[self.dtype]
-
     @abstractmethod
-    def run(self, problem: Problem, budget: Budget, seed: int, device: torch.device) -> Result:
-        """Run inference on ``problem`` and return a ``Result``."""
+    def run(self, problem: Problem, context: RunContext) -> Result:
+        """Run inference on ``problem`` (this instance already resolved) and return a ``Result``."""
+
+
+def check_run_signature(cls: type) -> None:
+    """Refuse a method class whose ``run`` has the old (problem, budget, seed, device) signature."""
+    parameters = tuple(inspect.signature(cls.run).parameters)
+    if parameters != RUN_PARAMETERS:
+        signature = "(" + ", ".join(parameters) + ")"
+        raise TypeError(OLD_RUN_MESSAGE.format(cls=cls.__qualname__, signature=signature))

@@ -109,6 +109,12 @@ def _reference_perturbations(truth: ModelProbs, replicates: int, seed: int = 0) 
     return perturbed / perturbed.sum(-1, keepdim=True) * truth.prob.sum()
 
 
+def model_prob_metrics_point(truth: ModelProbs, estimate: ModelProbs) -> dict[str, float]:
+    """TV, KL, largest absolute error and missed mass of ``estimate`` against ``truth``, without standard errors."""
+    p, q = _aligned(truth, estimate)
+    return {name: fn(p, q) for name, fn in _PROB_METRICS.items()}
+
+
 def model_prob_metrics(truth: ModelProbs, estimate: ModelProbs) -> dict[str, Estimate]:
     """TV, KL, largest absolute error and missed mass of ``estimate`` against ``truth``.
 

@@ -32,8 +32,9 @@ import torch
 
 from suite import checkpoints as ckpt
 from suite import records as rec
-from suite.harness import tune_allocator
-from suite.method import Budget, Method
+from suite.context import RunContext
+from suite.harness import tune_allocator, warm_up_torch
+from suite.method import DTYPES, Method
 from suite.problem import Problem
 from suite.registry import load_all, make_method, make_problem
 from suite.runner import execute, gold_draws
@@ -42,11 +43,16 @@ from suite.types import Draws
 
 @dataclass(frozen=True)
 class RunSpec:
-    """Everything a worker needs to redo one planned run: names, options, budget, where to write."""
+    """Everything a worker needs to redo one planned run: names, resolved options, the run's context, where to write.
+
+    ``method_settings`` are the options the planner resolved (:meth:`Method.resolve`): the worker builds the method
+    from them and runs it as it is, without resolving again.
+    """
 
     key: rec.RunKey
-    method_options: dict[str, Any]
-    budget: Budget
+    method_settings: dict[str, Any]
+    profile: str
+    num_draws: int
     device: str
     eval_draws: int
     out: Path
@@ -55,6 +61,12 @@ class RunSpec:
     problem_options: dict[str, Any] = field(default_factory=dict)
     #: Seconds between two saves of a resumable run's state (see :mod:`suite.checkpoints`); 0: never save.
     checkpoint_every_s: float = ckpt.DEFAULT_EVERY_S
+    dtype: str = "float64"
+    progress: bool = False
+    #: Compute seconds the run may use (None: the profile's iteration counts decide).
+    time_budget_s: float | None = None
+    #: Counts of an earlier timed run to replay (:class:`suite.context.RunContext`), or None.
+    replay: dict[str, Any] | None = None
 
 
 def usable_cores() -> int:
@@ -126,6 +138,7 @@ def _init_worker(threads: int, parent_pid: int) -> None:
     _die_with_parent(parent_pid)
     torch.set_num_threads(threads)
     tune_allocator()
+    warm_up_torch()
     load_all()
 
 
@@ -133,19 +146,30 @@ def run_spec(spec: RunSpec, problem: Problem | None = None, method: Method | Non
     """Execute one run and write its record; returns (status, reason). Rebuilds problem/method when not given."""
     _exit_if_orphaned()  # a queued run handed to a worker whose parent has died is never started
     problem = make_problem(spec.key.problem, **spec.problem_options) if problem is None else problem
-    method = make_method(spec.key.method, **spec.method_options) if method is None else method
+    method = make_method(spec.key.method, **spec.method_settings) if method is None else method
     gold_key = (spec.key.problem, json.dumps(spec.problem_options, sort_keys=True))
     if gold_key not in _GOLD:
         _GOLD[gold_key] = gold_draws(problem, spec.eval_draws)
-    device = torch.device(spec.device)
     plot_path = Path(spec.out) / "plots" / f"{Path(spec.key.filename).stem}.png"
     path = ckpt.checkpoint_path(spec.out, spec.key.filename)
-    slot = ckpt.CheckpointSlot(path, spec.checkpoint_every_s) if spec.checkpoint_every_s > 0 else None
-    with ckpt.checkpoint_slot(slot):
-        record = execute(problem, method, spec.budget, spec.key.seed, device, _GOLD[gold_key], plot_path)
-    record["config_hash"] = spec.key.config_hash
-    record["run_config"] = spec.key.config
-    record["parallel"] = {"jobs": spec.jobs, "threads_per_job": spec.threads}
+    context = RunContext(
+        seed=spec.key.seed,
+        device=torch.device(spec.device),
+        dtype=DTYPES[spec.dtype],
+        profile=spec.profile,
+        num_draws=spec.num_draws,
+        progress=spec.progress,
+        checkpoint=ckpt.CheckpointSlot(path, spec.checkpoint_every_s) if spec.checkpoint_every_s > 0 else None,
+        time_budget_s=spec.time_budget_s,
+        replay=spec.replay,
+    )
+    run_info = {
+        "method_options": spec.key.config.get("method_options", {}),
+        "config_hash": spec.key.config_hash,
+        "run_config": spec.key.config,
+        "parallel": {"jobs": spec.jobs, "threads_per_job": spec.threads},
+    }
+    record = execute(problem, method, context, _GOLD[gold_key], plot_path, run_info)
     _exit_if_orphaned()  # nobody would read the record: leave the folder as the parent's death left it
     try:
         rec.write_record(spec.out, spec.key, record)

@@ -67,10 +67,25 @@ def plot_model_probs(problem: str, records: list[dict[str, Any]], path: Path) ->
 def save_figure(fig: Any, ax: Any, path: Path) -> Path:
     """Add the legend, lay out, write ``path`` (creating its folder) at the suite's resolution, close the figure."""
     ax.legend(fontsize=8, loc="best")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return write_figure(fig, path)
+
+
+def write_figure(fig: Any, path: Path, fit_box: bool = False) -> Path:
+    """Lay out and write ``fig`` to ``path`` atomically (creating its folder; the format from its suffix), close it.
+
+    ``fit_box``: fit the image to the drawing, so that a legend placed outside the axes is kept whole.
+    """
+    from suite.leaderboard import write_atomically  # here: plotting modules stay free of the registry's imports
+
+    try:
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fmt = path.suffix.lstrip(".") or "png"
+        write_atomically(
+            path, lambda tmp: fig.savefig(tmp, dpi=110, format=fmt, bbox_inches="tight" if fit_box else None)
+        )
+    finally:
+        plt.close(fig)
     return path
 
 

@@ -176,6 +176,10 @@ class Problem(ABC):
     higher_is_better: ClassVar[frozenset[str]] = frozenset()
     #: Profiles in which ``run_all.py --problems all`` plans this problem (naming it runs it in any profile).
     profiles: ClassVar[tuple[str, ...]] = ("smoke", "quick", "paper")
+    #: Compute seconds every method gets on this problem, per profile (equal-time comparison); a profile not listed
+    #: runs the methods' iteration counts. Only ``quick`` is timed: ``smoke`` must stay seconds, ``paper`` keeps
+    #: the papers' iteration counts.
+    time_budgets: ClassVar[dict[str, float]] = {"quick": 10.0}
     #: (sweep name, x) when this problem is one point of a sweep reported across problems (``suite.sweeps``).
     sweep: ClassVar[tuple[str, int] | None] = None
 

@@ -224,3 +224,51 @@ def read_record(out: Path, key: RunKey) -> dict[str, Any]:
         "reason": why,
         "metrics": {},
     }
+
+
+def _valid_counts(counts: Any) -> bool:
+    """Whether ``counts`` is a run context's counts: names to iteration numbers, ``snapshots`` a list of them."""
+    if not isinstance(counts, dict):
+        return False
+    for name, value in counts.items():
+        values = value if name == "snapshots" and isinstance(value, list) else [value]
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+            return False
+    return True
+
+
+def load_replay_counts(source: Path) -> dict[tuple[str, str, int, str], dict[str, Any]]:
+    """Counts of timed runs to replay, by (problem, method, seed, problem config as JSON), from a record or folder.
+
+    ``source`` is one record file, a results folder (its ``records/``) or a folder of records. Only records of
+    timed runs (a ``time_budget_s`` in their budget) count. Raises ValueError naming a file that is unreadable,
+    is not a record, or holds malformed counts, and when ``source`` holds no timed record at all.
+    """
+    source = Path(source)
+    if source.is_file():
+        paths = [source]
+    elif records_dir(source).is_dir():
+        paths = sorted(records_dir(source).glob("*.json"))
+    elif source.is_dir():
+        paths = sorted(source.glob("*.json"))
+    else:
+        raise ValueError(f"{source}: no such record file or folder")
+    found: dict[tuple[str, str, int, str], dict[str, Any]] = {}
+    for path in paths:
+        record, why = _parse(path, None)
+        if why is not None:
+            raise ValueError(why)
+        budget = record.get("budget") or {}
+        if not isinstance(budget, dict) or budget.get("time_budget_s") is None:
+            continue
+        if not _valid_counts(record.get("counts")):
+            raise ValueError(f"invalid record {path}: its counts are not iteration numbers")
+        config = json.dumps(record.get("problem_config"), sort_keys=True, default=str)
+        found[(record["problem"], record["method"], record["seed"], config)] = {
+            "counts": record["counts"],
+            "time_budget_s": float(budget["time_budget_s"]),
+            "file": path.name,
+        }
+    if not found:
+        raise ValueError(f"{source}: no record of a timed run (one with a time budget) to replay")
+    return found

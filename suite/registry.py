@@ -17,7 +17,7 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any, TypeVar
 
-from suite.method import Method
+from suite.method import Method, check_run_signature
 from suite.problem import Problem
 
 T = TypeVar("T")
@@ -43,6 +43,8 @@ def _register(table: dict[str, type], base: type, name: str) -> Callable[[type[T
     def decorator(cls: type[T]) -> type[T]:
         if not (isinstance(cls, type) and issubclass(cls, base)):
             raise TypeError(f"{cls!r} is not a subclass of {base.__name__}")
+        if base is Method:
+            check_run_signature(cls)
         if name in table and table[name] is not cls:
             raise ValueError(f"{base.__name__.lower()} name {name!r} is already registered by {table[name]!r}")
         cls.name = name  # type: ignore[attr-defined]
@@ -95,7 +97,10 @@ def _load_entry_points(group: str, table: dict[str, type], base: type) -> None:
             warnings.warn(f"could not load entry point {ep.name!r} of {group}: {exc}", stacklevel=2)
             continue
         if isinstance(obj, type) and issubclass(obj, base) and ep.name not in table:
-            _register(table, base, ep.name)(obj)
+            try:
+                _register(table, base, ep.name)(obj)
+            except TypeError as exc:  # e.g. a method written against the old run() signature: refused, said why
+                warnings.warn(f"entry point {ep.name!r} of {group} refused: {exc}", stacklevel=2)
 
 
 def load_all() -> None:

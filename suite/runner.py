@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import traceback
 import warnings
 from datetime import UTC, datetime
@@ -12,11 +11,13 @@ from typing import Any
 import torch
 
 from suite import metrics
-from suite.harness import PeakMemory, PhaseTimer, environment
-from suite.method import RESUMED_TIMING, Budget, Method, Result
+from suite.context import BudgetTooSmall, RunContext
+from suite.harness import PeakMemory, PhaseTimer, environment, warm_up_torch
+from suite.method import Method, Result
 from suite.model_space import model_keys
 from suite.problem import Problem
 from suite.reference import store as reference_store
+from suite.trace import score_trace
 from suite.types import Draws, ModelProbs
 
 #: Seed of the gold-standard draws, shared by every method and run seed so that
@@ -150,35 +151,51 @@ def target_finite_somewhere(problem: Problem, draws: Draws, device: torch.device
         return bool(torch.isfinite(problem.log_joint(m, theta)).any())
 
 
+def resolve_and_run(method: Method, problem: Problem, context: RunContext) -> Result:
+    """Resolve ``method``'s options for ``problem`` and ``context.profile`` and run it (tests and direct calls).
+
+    The planner resolves once and calls :func:`execute` on the resolved method; this is the same for one run,
+    without evaluation. Method errors propagate.
+    """
+    resolved = method.resolve(problem, context.profile)
+    warm_up_torch()  # a one-off import must not land on the method's clock
+    context.clock.start()
+    return resolved.run(problem, context)
+
+
 def execute(
     problem: Problem,
     method: Method,
-    budget: Budget,
-    seed: int,
-    device: torch.device,
+    context: RunContext,
     draws: Draws | None = None,
     plot_path: Path | None = None,
+    run_info: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Run ``method`` on ``problem`` once and return its record (never raises for method errors).
+    """Run the resolved ``method`` on ``problem`` once and return its record (never raises for method errors).
 
     ``draws`` are the gold-standard draws for cross-entropy (see :func:`gold_draws`); with ``plot_path``
     the problem's own picture of the result (:meth:`Problem.plot_result`), if it draws one, is saved there.
+    ``run_info`` (the run's key, configuration hash, constructor options, parallel layout) goes into the record
+    as it is: this is the one place a record is assembled.
     """
     started = datetime.now(UTC).isoformat()
-    settings = method.settings(problem, budget)
-    dtype = method.torch_dtype
-    wall_start = time.perf_counter()
     error_trace = None
-    with PeakMemory(device) as memory:
+    warm_up_torch()  # a one-off import must not land on the method's clock
+    context.clock.start()
+    with PeakMemory(context.device) as memory:
         try:
-            result = method.run(problem, budget, seed, device)
+            result = method.run(problem, context)
+        except BudgetTooSmall as exc:
+            result = Result.failed(f"time budget too small: {exc}")
         except Exception as exc:  # a failing method is a result, not a crash
             error_trace = traceback.format_exc()
-            result = Result.failed(f"{type(exc).__name__}: {exc}", device=str(device), dtype=method.dtype)
-    method_wall = time.perf_counter() - wall_start
+            result = Result.failed(f"{type(exc).__name__}: {exc}")
+    method_wall = context.clock.elapsed()
+    device, dtype = context.device, context.dtype
 
     timer = PhaseTimer(device)
     scores: dict[str, metrics.Estimate] = {}
+    trace = None
     if result.status == "ok":
         try:
             with timer.phase("evaluate"):
@@ -188,6 +205,8 @@ def execute(
                     result.status, result.reason = "failed", NON_FINITE_TARGET
                 else:
                     scores = evaluate(problem, result, draws, device, dtype)
+            with timer.phase("score_trace"):
+                trace = score_trace(problem, context.snapshots, result.metrics_scope)
         except Exception as exc:
             error_trace = traceback.format_exc()
             result.status, result.reason = "failed", f"evaluation failed: {type(exc).__name__}: {exc}"
@@ -198,25 +217,32 @@ def execute(
             plot = problem.plot_result(result.model_probs, result.draws, plot_path)
         except Exception as exc:  # a picture that cannot be drawn must not cost the run its record
             warnings.warn(f"{problem.name} / {method.name}: plot_result failed: {exc}", stacklevel=2)
-    # A run resumed from a checkpoint also spent the seconds of its interrupted attempts.
-    method_wall += float(result.timings.get(RESUMED_TIMING, 0.0))
-    timings = {**result.timings, **timer.timings, "method_total": method_wall}
+    timings = {**context.timer.timings, **result.timings, **timer.timings, "method_total": method_wall}
+    timings["snapshots"] = context.clock.paused_s
     scores["walltime_s"] = metrics.Estimate(method_wall)
+    info = dict(run_info or {})
 
     return {
         "problem": problem.name,
         "problem_config": _jsonable(problem.config()),
         "method": method.name,
-        "method_options": _jsonable(method.options()),
-        "method_settings": _jsonable(settings),
-        "seed": seed,
-        "budget": {"profile": budget.profile, "num_draws": budget.num_draws},
+        "method_options": _jsonable(info.pop("method_options", method.options())),
+        "method_settings": _jsonable(method.options()),
+        "seed": context.seed,
+        "budget": {
+            "profile": context.profile,
+            "num_draws": context.num_draws,
+            "time_budget_s": context.time_budget_s,
+            "replayed": context.replay is not None,
+        },
         "reference": reference_store.describe(problem),
         "num_gold_draws": None if draws is None else len(draws),
         "status": result.status,
         "reason": result.reason,
         "traceback": error_trace,
         "metrics": {k: {"value": v.value, "se": v.se} for k, v in scores.items()},
+        "trace": trace,
+        "counts": _jsonable(context.counts),
         "model_probs": _model_table(problem, result.model_probs),
         "metrics_scope": result.metrics_scope,
         "plot": None if plot is None else str(plot),
@@ -225,7 +251,8 @@ def execute(
         "peak_memory_kind": memory.kind,
         "peak_memory_scope": memory.scope,
         "diagnostics": _jsonable(result.diagnostics),
-        "environment": environment(device, method.dtype),
+        "environment": environment(device, context.dtype_name),
         "started_at": started,
         "finished_at": datetime.now(UTC).isoformat(),
+        **info,
     }

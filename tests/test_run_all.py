@@ -2,6 +2,7 @@
 
 import argparse
 import errno
+import itertools
 import json
 import os
 import signal
@@ -15,7 +16,6 @@ import pytest
 from suite import checkpoints as ckpt
 from suite import parallel as par
 from suite.cli import _seeds_for, _validate, build_parser, main, plan_runs
-from suite.method import Budget
 from suite.records import RunKey
 from suite.registry import available_methods, make_method, make_problem
 
@@ -140,7 +140,7 @@ def test_workers_rebuild_the_problem_with_its_options(tmp_path: Path, monkeypatc
     """A worker process gets names and options only: the problem it rebuilds carries the --problem-option values."""
     seen = {}
 
-    def fake_execute(problem, method, budget, seed, device, gold, plot_path) -> dict:
+    def fake_execute(problem, method, context, gold, plot_path, run_info) -> dict:
         seen["rows"] = problem.data.shape[0]
         return {"status": "ok", "reason": None}
 
@@ -149,7 +149,7 @@ def test_workers_rebuild_the_problem_with_its_options(tmp_path: Path, monkeypatc
     argv = ["--problems", "dag-mlp", "--methods", "vti-mcg", "--seeds", "1", "--out", str(tmp_path)]
     args = build_parser().parse_args([*argv, "--problem-option", "dag-mlp.num_samples=64"])
     key = plan_runs(args, _validate(args))[0][0].key
-    par.run_spec(par.RunSpec(key, {}, Budget("smoke"), "cpu", 10, tmp_path, 2, 1, {"num_samples": 64}))
+    par.run_spec(par.RunSpec(key, {}, "smoke", 4096, "cpu", 10, tmp_path, 2, 1, {"num_samples": 64}))
     assert seen["rows"] == 64
 
 
@@ -159,8 +159,8 @@ def test_runs_get_a_checkpoint_slot_that_is_removed_with_the_record(
 ) -> None:
     seen = {}
 
-    def fake_execute(problem, method, budget, seed, device, gold, plot_path) -> dict:
-        seen["slot"] = slot = ckpt.current_slot()
+    def fake_execute(problem, method, context, gold, plot_path, run_info) -> dict:
+        seen["slot"] = slot = context.checkpoint
         if slot is not None:
             slot.save({"partial": True})
             assert slot.load() == {"partial": True}
@@ -169,7 +169,7 @@ def test_runs_get_a_checkpoint_slot_that_is_removed_with_the_record(
     monkeypatch.setattr(par, "execute", fake_execute)
     monkeypatch.setattr(par, "gold_draws", lambda problem, num: None)
     key = RunKey("sas", "vti-mcg", 0, {"x": 1})
-    par.run_spec(par.RunSpec(key, {}, Budget("smoke"), "cpu", 10, tmp_path, 1, 1, checkpoint_every_s=every))
+    par.run_spec(par.RunSpec(key, {}, "smoke", 4096, "cpu", 10, tmp_path, 1, 1, checkpoint_every_s=every))
     if every:
         assert seen["slot"] == ckpt.CheckpointSlot(ckpt.checkpoint_path(tmp_path, key.filename), every)
         assert seen["slot"].path.parent == tmp_path / "checkpoints"
@@ -177,7 +177,6 @@ def test_runs_get_a_checkpoint_slot_that_is_removed_with_the_record(
         assert seen["slot"] is None
     assert (tmp_path / "records" / key.filename).is_file()
     assert not list((tmp_path / "checkpoints").glob("*")) if every else not (tmp_path / "checkpoints").exists()
-    assert ckpt.current_slot() is None  # offered only during the run
 
 
 class _Killed(KeyboardInterrupt):
@@ -216,7 +215,11 @@ def test_an_interrupted_vti_run_resumes_from_its_checkpoint(
     assert "model_prob_tv" in plain["metrics"]
     for metric in plain["metrics"].keys() - {"walltime_s"}:
         assert resumed["metrics"][metric] == plain["metrics"][metric], metric
-    assert resumed["timings_s"]["method_total"] >= resumed["timings_s"]["resumed"] > 0
+    # The trace continues across the interruption: the same points, no gap, no duplicate.
+    assert resumed["trace"]["iterations"] == plain["trace"]["iterations"]
+    assert resumed["trace"]["metrics"] == plain["trace"]["metrics"]
+    seconds = resumed["trace"]["seconds"]
+    assert all(b > a for a, b in itertools.pairwise(seconds))
     assert not list((out / "checkpoints").glob("*"))  # removed with the record
 
     # --force starts afresh: the checkpoint of an interrupted attempt is dropped.
@@ -336,7 +339,7 @@ SMALL += ["--eval-draws", "300", "--jobs", "1"]
         (["--option", "rjmcmc-baseline.num_chains=1e30"], "num_chains must be an integer or null"),
         (["--option", "rjmcmc-baseline.within_moves=99999999999999999999"], "within_moves must be an integer"),
         (["--option", "rjmcmc-baseline.progress=1"], "has no option 'progress'"),
-        (["--option", "rjmcmc-baseline.dtype=float16"], "unknown dtype 'float16'; valid: float64, float32"),
+        (["--option", "rjmcmc-baseline.dtype=float32"], "rjmcmc-baseline has no option 'dtype'; valid: num_chains"),
         (["--option", "rjmcmc-baseline.matching=nope"], "unknown matching 'nope'; valid: standardised, identity"),
         (["--option", "rjmcmc-naive.num_chains=8"], "--option for rjmcmc-naive, which this run does not plan"),
         (["--option", "fr.learning_rates=[0.1,NaN]"], "fr.learning_rates must be a list, each item a finite number"),
@@ -369,7 +372,8 @@ def test_option_validator_accepts_what_the_types_allow() -> None:
     assert check_option("rj", "num_chains", None, rj["num_chains"]) is None
     assert check_option("rj", "num_chains", 64, rj["num_chains"]) == 64
     assert check_option("rj", "aux_scale", 2, rj["aux_scale"]) == 2  # an integer is a number
-    assert check_option("rj", "dtype", "float32", rj["dtype"]) == "float32"
+    assert "dtype" not in rj and "progress" not in rj  # run settings, not options: --dtype, --no-progress
+    assert check_option("any", "dtype", "float32", str) == "float32"  # a problem or plug-in option named dtype
     fr = method_annotations(method_class("fr"))
     assert check_option("fr", "learning_rates", [0.1, 0.01], fr["learning_rates"]) == [0.1, 0.01]
     vti = method_annotations(method_class("vti-surrogate"))
@@ -379,7 +383,7 @@ def test_option_validator_accepts_what_the_types_allow() -> None:
     with pytest.raises(OptionError, match="each item an integer"):
         check_option("fa", "factors", [1.5], factors)
     with pytest.raises(OptionError, match="must be true or false"):
-        check_option("vti", "progress", 0, vti["progress"])
+        check_option("vti", "squish", 0, vti["squish"])
 
 
 @pytest.mark.parametrize(
@@ -474,7 +478,7 @@ def test_workers_report_infrastructure_errors_as_runs_without_records(tmp_path: 
     blocker.write_text("x")
     args = build_parser().parse_args([*SMALL, "--out", str(tmp_path / "ok")])
     plan, _ = plan_runs(args, _validate(args))
-    spec = par.RunSpec(plan[0].key, plan[0].method.options(), Budget("smoke"), "cpu", 300, blocker, 2, 1)
+    spec = par.RunSpec(plan[0].key, plan[0].method.options(), "smoke", 4096, "cpu", 300, blocker, 2, 1)
     outcomes = list(par.run_in_workers([spec, spec], jobs=2, threads=1))
     assert [status for _, status, _ in outcomes] == ["failed", "failed"]
     assert all(reason.startswith("worker process failed:") for _, _, reason in outcomes)
@@ -510,3 +514,79 @@ def test_disk_full_while_writing_leaderboards_leaves_no_empty_table(
     assert f"disk full while writing {tmp_path / 'records_long.csv'}" in err
     assert not (tmp_path / "records_long.csv").exists() and not list(tmp_path.glob(".*.tmp"))
     assert len(list(tmp_path.glob("records/*.json"))) == 1  # the finished run keeps its record
+
+
+POSITIVE = "must be a positive number of seconds"
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("0", POSITIVE),
+        ("-3", POSITIVE),
+        ("nan", POSITIVE),
+        ("inf", POSITIVE),
+        ("ten", "expected a number of seconds, got 'ten'"),
+        ("", "expected a number of seconds"),
+    ],
+)
+def test_a_bad_time_budget_is_refused_before_any_work(
+    value: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(par, "run_spec", _no_run)
+    with pytest.raises(SystemExit) as stop:
+        main([*SMALL, "--time-budget", value, "--out", str(tmp_path)])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --time-budget" in err and message in err
+    assert not list(tmp_path.glob("records/*.json"))
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--time-budget", "5", "--no-time-budget"], "--time-budget and --no-time-budget contradict each other"),
+        (["--replay-counts", "no-such-folder"], "--replay-counts: no-such-folder: no such record file or folder"),
+    ],
+)
+def test_contradictory_budget_flags_are_refused(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(par, "run_spec", _no_run)
+    assert main([*SMALL, *argv, "--out", str(tmp_path)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_quick_runs_get_their_problems_time_budget_and_others_their_iterations(tmp_path: Path) -> None:
+    for profile, flags, expected in [
+        ("quick", [], make_problem("sas").time_budgets["quick"]),
+        ("quick", ["--time-budget", "2.5"], 2.5),
+        ("quick", ["--no-time-budget"], None),
+        ("smoke", [], None),
+        ("paper", ["--time-budget", "7"], 7.0),
+    ]:
+        argv = ["--problems", "sas", "--methods", "rjmcmc-baseline", "--profile", profile, *flags]
+        args = build_parser().parse_args([*argv, "--out", str(tmp_path / profile)])
+        plan, _ = plan_runs(args, _validate(args))
+        assert {run.time_budget_s for run in plan} == {expected}
+        assert {run.key.config["time_budget_s"] for run in plan} == {expected}
+
+
+@pytest.mark.slow
+def test_a_timed_run_replayed_from_its_counts_gives_the_same_numbers(tmp_path: Path) -> None:
+    """--replay-counts: the same seed with the recorded iteration counts reproduces the timed run bitwise."""
+    timed, replayed = tmp_path / "timed", tmp_path / "replayed"
+    argv = [*SMALL, "--methods", "rjmcmc-baseline,mf"]
+    assert main([*argv, "--time-budget", "1.5", "--out", str(timed)]) == 0
+    assert main([*argv, "--replay-counts", str(timed), "--out", str(replayed)]) == 0
+    from suite.compare import differences
+    from suite.records import load_records
+
+    before, after = load_records(timed), load_records(replayed)
+    assert len(before) == len(after) == 2 and all(r["status"] == "ok" for r in before + after)
+    assert differences(before, after) == []
+    for record in after:
+        assert record["budget"]["replayed"] and record["budget"]["time_budget_s"] == 1.5
+        original = next(r for r in before if r["method"] == record["method"])
+        assert record["counts"] == original["counts"]
+        assert record["trace"]["iterations"] == original["trace"]["iterations"]

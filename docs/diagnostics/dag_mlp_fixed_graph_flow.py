@@ -10,14 +10,13 @@ It reaches into the method's private ``_build``, as a diagnostic may; nothing in
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import torch
 from torch import Tensor
 
-from methods.vti.flows import FlowSpec
-from methods.vti.training import Trainer, TrainSettings
-from suite.harness import PhaseTimer
-from suite.method import Budget
+from methods.vti.training import Trainer
+from suite.context import RunContext
 from suite.registry import make_method, make_problem
 
 
@@ -45,18 +44,10 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     problem = make_problem("dag-mlp", data_seed=args.data_seed)
-    method = make_method("vti-mcg", dtype="float32", progress=False, flow=args.flow, flow_lr=args.flow_lr)
-    settings = method.settings(problem, Budget("quick"))
-    device = torch.device("cpu")
-    built = method._build(problem, settings, 0, 0, device, PhaseTimer(device))
-    train_settings = TrainSettings(
-        num_iterations=args.iterations,
-        batch_size=int(settings["batch_size"]),
-        flow_lr=settings["flow_lr"] or FlowSpec.parse(settings["flow"]).default_learning_rate(),
-        grad_clip=50.0,
-        weight_decay=method.weight_decay,
-        decay=method.decay,
-        warmup_iterations=0,
+    method = make_method("vti-mcg", flow=args.flow, flow_lr=args.flow_lr).resolve(problem, "quick")
+    built = method._build(problem, RunContext(seed=0, dtype=torch.float32, profile="quick"), 0)
+    train_settings = dataclasses.replace(
+        method.train_settings(), num_iterations=args.iterations, grad_clip=50.0, warmup_iterations=0
     )
     trainer = Trainer(
         problem,

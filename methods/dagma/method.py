@@ -15,14 +15,29 @@ inference") App. F.3/F.5 and the spec's section (f): hidden width 10,
 package's optimiser defaults in the ``paper`` profile. The paper says "no bias
 term" while the authors' code builds ``DagmaMLP(bias=True)``; the default here
 is the paper's (``bias=False``).
+
+**Running estimate.** The graph the selection rule picks among the lambdas finished so far (a point mass);
+none before the first lambda finishes. A snapshot is taken after every lambda, and at the context's geometric
+points in between (the iteration is the count of Adam steps over the whole sweep).
+
+**Time budget.** The lambdas share the budget equally: lambda ``i`` runs from ``i/n`` to ``(i+1)/n`` of it,
+and its central-path stages split that share in the profile's proportions (``warm_iter`` for each stage but
+the last, ``max_iter`` for the last); a stage ends at its milestone (``lambda_{i}_stage_{t}``, the last one
+``lambda_{i}``) or earlier when the package's optimiser converges. The package's own stage loop
+(``DagmaNonlinear.fit``) is followed step for step, with the stage lengths set by the milestones instead of
+the profile's iteration counts. When the whole budget is spent at the end of a stage (a budget too small for
+one step per stage), the sweep stops and the graph is chosen among the lambdas finished; if none finished,
+:class:`suite.context.BudgetTooSmall` is raised.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import functools
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -30,16 +45,21 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from suite.context import BudgetTooSmall, RunContext
 from suite.dag import DAGProblem, is_acyclic, transitive_closure
 from suite.dag_metrics import edge_f1
-from suite.harness import PhaseTimer
-from suite.method import Budget, Method, Result
+from suite.method import Method, Result
 from suite.problem import Problem
 from suite.registry import register_method
 from suite.types import Draws, ModelProbs
 
 SELECTIONS = ("oracle-f1", "bic")
 INSTALL_HINT = "the dagma package is not installed: pip install dagma"
+#: ``minimize``'s iteration cap in a budgeted stage (the stage ends at its milestone long before).
+BUDGETED_STAGE_CAP = 10**12
+#: The package's defaults for what :meth:`DAGMA.run` does not set (``DagmaNonlinear.fit``'s ``s`` and
+#: ``checkpoint``: the objective is checked for convergence every ``checkpoint`` steps).
+PACKAGE_S, PACKAGE_CHECKPOINT = 1.0, 1000
 
 _PROFILES: dict[str, dict[str, Any]] = {
     # Seconds: a short sweep with a few hundred large Adam steps per fit.
@@ -52,7 +72,7 @@ _PROFILES: dict[str, dict[str, Any]] = {
 
 
 @register_method("dagma")
-@dataclass
+@dataclass(frozen=True)
 class DAGMA(Method):
     """Non-linear DAGMA (Bello et al. 2022; the ``dagma`` PyPI package), one graph chosen from a ``lambda1`` sweep.
 
@@ -85,7 +105,8 @@ class DAGMA(Method):
     ``bias=True``; the default is the paper's. (``DagmaMLP(bias=False)`` fails
     in dagma 1.1.1 at its zero-initialisation of the missing bias, so the model
     is built with biases that are then removed before fitting: the same model.)
-    The package's own progress bar is shown per fit when ``progress`` is set.
+    The package's own progress bar is shown per fit when the context's ``progress`` is set.
+    With a time budget the lambdas share it equally (see the module docstring).
     """
 
     #: Size of the lambda1 sweep (None: from the profile; 10 in VTI App. F.3).
@@ -100,7 +121,8 @@ class DAGMA(Method):
     selection: str = "oracle-f1"
     #: DagmaNonlinear.fit's T: number of central-path stages (mu shrinks by mu_factor after each).
     num_stages: int | None = None
-    #: Adam steps of each stage but the last (fit's warm_iter) and of the last (fit's max_iter).
+    #: Adam steps of each stage but the last (fit's warm_iter) and of the last (fit's max_iter); with a time
+    #: budget only their proportion counts (the stages' shares of a lambda's time).
     warm_iter: int | None = None
     max_iter: int | None = None
     lr: float | None = None
@@ -108,36 +130,49 @@ class DAGMA(Method):
     lambda2: float = 0.005
     mu_init: float = 0.1
     mu_factor: float = 0.1
-    dtype: str = "float64"
-    progress: bool = True
 
     profiles: ClassVar[dict[str, dict[str, Any]]] = _PROFILES
     default_seeds: ClassVar[dict[str, int]] = {"quick": 1}
 
-    def settings(self, problem: Problem, budget: Budget) -> dict[str, Any]:
-        """Profile presets under the constructor's values, checked for sense; adds the ``lambdas`` swept."""
-        s = super().settings(problem, budget)
-        if s["selection"] not in SELECTIONS:
-            raise ValueError(f"{self.name}: unknown selection {s['selection']!r}; valid: {', '.join(SELECTIONS)}")
+    def finalise(self, problem: Problem) -> Method:
+        """Check the resolved options for sense; integers and floats are normalised to their types."""
+        if self.selection not in SELECTIONS:
+            raise ValueError(f"{self.name}: unknown selection {self.selection!r}; valid: {', '.join(SELECTIONS)}")
+        counts = {}
         for key in ("num_lambdas", "hidden", "num_stages", "warm_iter", "max_iter"):
-            if int(s[key]) <= 0:
-                raise ValueError(f"{self.name}: {key} must be a positive integer, got {s[key]}")
-        if not 0 < s["lambda_min"] <= s["lambda_max"] < math.inf:
+            value = getattr(self, key)
+            if value is None or int(value) != value or int(value) <= 0:
+                raise ValueError(f"{self.name}: {key} must be a positive integer, got {value}")
+            counts[key] = int(value)
+        if not 0 < self.lambda_min <= self.lambda_max < math.inf:
             raise ValueError(
-                f"{self.name}: 0 < lambda_min <= lambda_max required, got {s['lambda_min']}, {s['lambda_max']}"
+                f"{self.name}: 0 < lambda_min <= lambda_max required, got {self.lambda_min}, {self.lambda_max}"
             )
         for key in ("lr", "mu_init"):
-            if not 0 < float(s[key]) < math.inf:
-                raise ValueError(f"{self.name}: {key} must be positive, got {s[key]}")
-        if not 0 < s["mu_factor"] <= 1:
-            raise ValueError(f"{self.name}: mu_factor must lie in (0, 1], got {s['mu_factor']}")
-        if s["w_threshold"] < 0 or s["lambda2"] < 0:
+            value = getattr(self, key)
+            if value is None or not 0 < float(value) < math.inf:
+                raise ValueError(f"{self.name}: {key} must be positive, got {value}")
+        if not 0 < self.mu_factor <= 1:
+            raise ValueError(f"{self.name}: mu_factor must lie in (0, 1], got {self.mu_factor}")
+        if self.w_threshold < 0 or self.lambda2 < 0:
             raise ValueError(f"{self.name}: w_threshold and lambda2 must be >= 0")
-        _ = self.torch_dtype  # unknown dtype names fail here, before any work
-        s["lambdas"] = np.logspace(
-            math.log10(s["lambda_min"]), math.log10(s["lambda_max"]), int(s["num_lambdas"])
-        ).tolist()
-        return s
+        floats = {
+            key: float(getattr(self, key))
+            for key in ("lambda_min", "lambda_max", "w_threshold", "lr", "lambda2", "mu_init", "mu_factor")
+        }
+        return dataclasses.replace(self, **counts, **floats)
+
+    @property
+    def lambdas(self) -> list[float]:
+        """The ``lambda1`` values swept, smallest first."""
+        assert self.num_lambdas is not None, "resolve the method first"
+        return np.logspace(math.log10(self.lambda_min), math.log10(self.lambda_max), self.num_lambdas).tolist()
+
+    @property
+    def stage_steps(self) -> list[int]:
+        """Adam steps of each central-path stage of one fit (the last is ``max_iter``)."""
+        assert self.num_stages is not None and self.warm_iter is not None and self.max_iter is not None
+        return [self.warm_iter] * (self.num_stages - 1) + [self.max_iter]
 
     def supports(self, problem: Problem) -> str | None:
         """DAG problems (``suite.dag.DAGProblem``), with a true graph for the oracle selection; needs ``dagma``."""
@@ -151,66 +186,255 @@ class DAGMA(Method):
             return INSTALL_HINT
         return None
 
-    def run(self, problem: Problem, budget: Budget, seed: int, device: torch.device) -> Result:
+    def run(self, problem: Problem, context: RunContext) -> Result:
         """Fit DAGMA for every lambda of the sweep, keep one graph and return it as a point mass."""
-        s = self.settings(problem, budget)
         reason = self.supports(problem)
         if reason:
             raise ValueError(f"{self.name} cannot run on {problem.name}: {reason}")
         assert isinstance(problem, DAGProblem)
-        timer = PhaseTimer(device)
-        with timer.phase("setup"):
-            x = problem.observations().to(device, self.torch_dtype)
+        dtype, device = context.dtype, context.device
+        with context.timer.phase("setup"):
+            x = problem.observations().to(device, dtype)
             truth = problem.true_adjacency
-        fits = []
-        with timer.phase("train"), _isolated_global_state(device):
-            for lambda1 in s["lambdas"]:
-                fits.append(_fit(x, lambda1, s, seed, self.torch_dtype, device))
+        lambdas = self.lambdas
+        fits: list[dict[str, Any]] = []
+        estimate = _Estimate(problem, fits, truth, self.selection)
+        sweep = _Sweep(context, estimate, total=len(lambdas) * sum(self.stage_steps))
+        with context.timer.phase("train"), _isolated_global_state(device):
+            for position, lambda1 in enumerate(lambdas):
+                plan = self._stage_plan(position) if context.budgeted else None
+                try:
+                    fits.append(_fit(x, lambda1, self, context, sweep, plan))
+                except _BudgetSpent:
+                    break
+                context.snapshot(sweep.iteration, estimate)
+                if plan is not None and position < len(lambdas) - 1 and context.stop_due(sweep.iteration):
+                    break
+        if not fits:
+            raise BudgetTooSmall(
+                f"no lambda of the sweep finished (the first of {len(lambdas)} had 1/{len(lambdas)} of the budget)"
+            )
 
-        scores = [fit["bic"] for fit in fits]
-        f1 = None if truth is None else [edge_f1(fit["graph"][None], truth.cpu()) for fit in fits]
-        if s["selection"] == "oracle-f1":
-            assert f1 is not None
-            chosen = int(np.argmax(f1))  # first maximum: ties go to the smallest lambda
-        else:
-            chosen = int(np.argmin(scores))
+        chosen = _select(fits, truth, self.selection)
         graph = fits[chosen]["graph"]
+        scores = [fit["bic"] for fit in fits]
         diagnostics: dict[str, Any] = {
-            "selection": s["selection"],
-            "oracle": s["selection"] == "oracle-f1",
-            "chosen_lambda": s["lambdas"][chosen],
+            "selection": self.selection,
+            "oracle": self.selection == "oracle-f1",
+            "chosen_lambda": lambdas[chosen],
             "chosen_position": chosen,
-            "lambdas": s["lambdas"],
+            "lambdas": lambdas,
+            "lambdas_finished": len(fits),
+            "adam_steps": sweep.iteration if context.budgeted else None,
             "edge_counts": [int(fit["graph"].sum()) for fit in fits],
             "bic": scores,
             "graphs": [fit["graph"].to(torch.int64).tolist() for fit in fits],
             "graph": graph.to(torch.int64).tolist(),
             "weights": fits[chosen]["weights"].tolist(),
             "removed_cycle_edges": [fit["removed"] for fit in fits],
-            "bias": s["bias"],
+            "bias": self.bias,
             "dagma_version": _dagma_version(),
         }
-        if s["selection"] == "oracle-f1":
-            diagnostics["f1"] = f1
-        result_args: dict[str, Any] = {
-            "diagnostics": diagnostics,
-            "timings": dict(timer.timings),
-            "device": str(device),
-            "dtype": self.dtype,
-        }
+        if self.selection == "oracle-f1":
+            assert truth is not None
+            diagnostics["f1"] = [edge_f1(fit["graph"][None], truth.cpu()) for fit in fits]
         try:
             model = problem.model_index_of(graph[None]).cpu()
         except ValueError as error:
-            return Result.failed(f"DAGMA's graph is not a model of {problem.name}: {error}", **result_args)
+            return Result.failed(f"DAGMA's graph is not a model of {problem.name}: {error}", diagnostics=diagnostics)
+        model_probs = ModelProbs(index=model, prob=torch.ones(1, dtype=torch.float64))
+        context.snapshot(sweep.iteration, lambda: model_probs)
         return Result(
-            model_probs=ModelProbs(index=model, prob=torch.ones(1, dtype=torch.float64)),
+            model_probs=model_probs,
             draws=Draws(model_index=model, theta=torch.zeros(1, problem.dim_max, dtype=torch.float64)),
             metrics_scope="task",
-            **result_args,
+            diagnostics=diagnostics,
         )
+
+    def _stage_plan(self, position: int) -> list[tuple[str, float]]:
+        """Milestones (name, fraction of the budget) ending each stage of lambda ``position`` (equal shares)."""
+        steps = self.stage_steps
+        n = len(self.lambdas)
+        plan = []
+        for stage in range(len(steps)):
+            share = sum(steps[: stage + 1]) / sum(steps)
+            name = f"lambda_{position}" if stage == len(steps) - 1 else f"lambda_{position}_stage_{stage}"
+            plan.append((name, min(1.0, (position + share) / n)))
+        return plan
 
 
 # ------------------------------------------------------------------ pieces
+class _StageEnd(Exception):
+    """A budgeted stage reached its milestone: it ends here."""
+
+
+class _BudgetSpent(Exception):
+    """The time budget was spent before the lambda being fitted finished."""
+
+
+def _select(fits: list[dict[str, Any]], truth: Tensor | None, selection: str) -> int:
+    """Position of the graph ``selection`` keeps among ``fits`` (first best: ties go to the smallest lambda)."""
+    if selection == "oracle-f1":
+        assert truth is not None
+        return int(np.argmax([edge_f1(fit["graph"][None], truth.cpu()) for fit in fits]))
+    return int(np.argmin([fit["bic"] for fit in fits]))
+
+
+@dataclass
+class _Estimate:
+    """The running estimate: the graph ``selection`` picks among the fits finished so far, as a point mass."""
+
+    problem: DAGProblem
+    fits: list[dict[str, Any]]
+    truth: Tensor | None
+    selection: str
+    _cache: tuple[int, ModelProbs | None] | None = None
+
+    def __call__(self) -> ModelProbs | None:
+        if not self.fits:
+            return None
+        if self._cache is None or self._cache[0] != len(self.fits):
+            graph = self.fits[_select(self.fits, self.truth, self.selection)]["graph"]
+            try:
+                model = self.problem.model_index_of(graph[None]).cpu()
+                probs = ModelProbs(index=model, prob=torch.ones(1, dtype=torch.float64))
+            except ValueError:
+                probs = None  # not a model of the problem: the run fails at the end
+            self._cache = (len(self.fits), probs)
+        return self._cache[1]
+
+
+@dataclass
+class _Sweep:
+    """Counts the Adam steps of the whole sweep, takes the context's snapshots and ends budgeted stages.
+
+    ``update(n)`` is called by the package's progress bar after every step. Without a budget the bar's own
+    count is followed (a fit converged early jumps to its planned end); with one, every call is one step.
+    """
+
+    context: RunContext
+    estimate: Callable[[], ModelProbs | None]
+    total: int
+    iteration: int = 0
+    #: The milestone ending the budgeted stage in progress (None without a budget).
+    stage_end: tuple[str, float] | None = None
+
+    def update(self, n: int) -> None:
+        self.iteration += 1 if self.context.budgeted else int(n)
+        self.context.maybe_snapshot(self.iteration, self.estimate, self.total)
+        if self.stage_end is not None:
+            name, fraction = self.stage_end
+            if self.context.milestone(name, self.iteration, fraction):
+                raise _StageEnd
+
+
+def _fit(
+    x: Tensor,
+    lambda1: float,
+    method: DAGMA,
+    context: RunContext,
+    sweep: _Sweep,
+    plan: list[tuple[str, float]] | None,
+) -> dict[str, Any]:
+    """One DAGMA fit: thresholded weights, acyclic graph, removed edges and the graph's BIC-like score.
+
+    Without ``plan`` the package's ``fit`` runs the profile's iteration counts; with one (budgeted) its stage
+    loop is followed with each stage ending at its milestone (:class:`_BudgetSpent` if the budget is spent).
+    """
+    from dagma import nonlinear
+
+    n, d = x.shape
+    dtype, device = context.dtype, context.device
+    torch.manual_seed(context.seed)  # the same initial MLPs for every lambda
+    np.random.seed(context.seed % 2**32)
+    model = nonlinear.DagmaMLP(dims=[d, method.hidden, 1], bias=True, dtype=dtype)
+    if not method.bias:
+        _remove_biases(model)
+    model.to(device)
+    model.I = model.I.to(device)  # the package keeps its identity matrix outside the module's buffers
+    label = f"dagma lambda1={lambda1:.3g}"
+    with _package_progress(nonlinear, label, context.progress, sweep.update):
+        fitter = nonlinear.DagmaNonlinear(model, dtype=dtype)
+        if plan is None:
+            weights = fitter.fit(
+                x,
+                lambda1=lambda1,
+                lambda2=method.lambda2,
+                T=method.num_stages,
+                mu_init=method.mu_init,
+                mu_factor=method.mu_factor,
+                warm_iter=method.warm_iter,
+                max_iter=method.max_iter,
+                lr=method.lr,
+                w_threshold=method.w_threshold,
+            )
+        else:
+            weights = _budgeted_fit(nonlinear, fitter, x, lambda1, method, context, sweep, plan)
+    weights = torch.as_tensor(weights, dtype=torch.float64)
+    graph, removed = break_cycles(weights)
+    with torch.no_grad():
+        # Score the kept graph with the fitted MLPs: first-layer weights (rows j * hidden + h, columns i) of dropped
+        # edges i -> j are zeroed, so each node's prediction uses only its parents in ``graph``.
+        keep = graph.T.to(device=device, dtype=dtype)[:, None, :]
+        model.fc1.weight.view(d, -1, d).mul_(keep)
+        mse = ((x - model(x)) ** 2).mean(0).clamp_min(torch.finfo(dtype).tiny)
+        bic = n * float(torch.log(mse).sum()) + math.log(n) * int(graph.sum())
+    return {"weights": weights.where(graph, 0.0), "graph": graph, "removed": removed, "bic": bic}
+
+
+def _budgeted_fit(
+    nonlinear: Any,
+    fitter: Any,
+    x: Tensor,
+    lambda1: float,
+    method: DAGMA,
+    context: RunContext,
+    sweep: _Sweep,
+    plan: list[tuple[str, float]],
+) -> np.ndarray:
+    """``DagmaNonlinear.fit``'s stage loop (dagma 1.1.1) with each stage ending at its milestone in ``plan``.
+
+    As in the package: mu shrinks by ``mu_factor`` after each stage; a stage whose iterate leaves the M-matrix
+    domain restarts from the stage's start with half the learning rate (kept for later stages) and decay, and
+    is given up below lr 1e-10. After every stage but the sweep's very last, a spent budget stops the sweep.
+    """
+    torch.set_default_dtype(context.dtype)
+    fitter.X = x.type(context.dtype)
+    fitter.checkpoint = PACKAGE_CHECKPOINT
+    mu, lr = method.mu_init, method.lr
+    with nonlinear.tqdm(total=None) as pbar:
+        for stage, stage_end in enumerate(plan):
+            if context.replay is not None and stage_end[0] not in context.replay:
+                # A timed run records every stage end it reached before its stop: these counts are not such a run's.
+                raise ValueError(f"replayed counts have no {stage_end[0]!r}: not the counts of a timed dagma run")
+            success, s_cur = False, PACKAGE_S
+            model_copy = copy.deepcopy(fitter.model)
+            lr_decay = False
+            sweep.stage_end = stage_end
+            try:
+                while success is False:
+                    success = fitter.minimize(
+                        BUDGETED_STAGE_CAP, lr, lambda1, method.lambda2, mu, s_cur, lr_decay, pbar=pbar
+                    )
+                    if success is False:
+                        fitter.model.load_state_dict(model_copy.state_dict().copy())
+                        lr *= 0.5
+                        lr_decay = True
+                        if lr < 1e-10:
+                            break
+                        s_cur = 1
+            except _StageEnd:
+                pass
+            finally:
+                sweep.stage_end = None
+            mu *= method.mu_factor
+            if stage < len(plan) - 1 and context.stop_due(sweep.iteration):
+                raise _BudgetSpent
+    weights = fitter.model.fc1_to_adj()
+    weights[np.abs(weights) < method.w_threshold] = 0
+    return weights
+
+
 def break_cycles(weights: Tensor) -> tuple[Tensor, list[list[int]]]:
     """The graph of the nonzero ``weights`` [d, d] made acyclic by dropping the weakest edge on a cycle, repeatedly.
 
@@ -228,46 +452,6 @@ def break_cycles(weights: Tensor) -> tuple[Tensor, list[list[int]]]:
     return graph, removed
 
 
-def _fit(
-    x: Tensor, lambda1: float, s: dict[str, Any], seed: int, dtype: torch.dtype, device: torch.device
-) -> dict[str, Any]:
-    """One DAGMA fit: thresholded weights, acyclic graph, removed edges and the graph's BIC-like score."""
-    from dagma import nonlinear
-
-    n, d = x.shape
-    torch.manual_seed(seed)  # the same initial MLPs for every lambda
-    np.random.seed(seed % 2**32)
-    model = nonlinear.DagmaMLP(dims=[d, int(s["hidden"]), 1], bias=True, dtype=dtype)
-    if not s["bias"]:
-        _remove_biases(model)
-    model.to(device)
-    model.I = model.I.to(device)  # the package keeps its identity matrix outside the module's buffers
-    label = f"dagma lambda1={lambda1:.3g}"
-    with _package_progress(nonlinear, label, enabled=bool(s["progress"])):
-        weights = nonlinear.DagmaNonlinear(model, dtype=dtype).fit(
-            x,
-            lambda1=lambda1,
-            lambda2=float(s["lambda2"]),
-            T=int(s["num_stages"]),
-            mu_init=float(s["mu_init"]),
-            mu_factor=float(s["mu_factor"]),
-            warm_iter=int(s["warm_iter"]),
-            max_iter=int(s["max_iter"]),
-            lr=float(s["lr"]),
-            w_threshold=float(s["w_threshold"]),
-        )
-    weights = torch.as_tensor(weights, dtype=torch.float64)
-    graph, removed = break_cycles(weights)
-    with torch.no_grad():
-        # Score the kept graph with the fitted MLPs: first-layer weights (rows j * hidden + h, columns i) of dropped
-        # edges i -> j are zeroed, so each node's prediction uses only its parents in ``graph``.
-        keep = graph.T.to(device=device, dtype=dtype)[:, None, :]
-        model.fc1.weight.view(d, -1, d).mul_(keep)
-        mse = ((x - model(x)) ** 2).mean(0).clamp_min(torch.finfo(dtype).tiny)
-        bic = n * float(torch.log(mse).sum()) + math.log(n) * int(graph.sum())
-    return {"weights": weights.where(graph, 0.0), "graph": graph, "removed": removed, "bic": bic}
-
-
 def _remove_biases(model: torch.nn.Module) -> None:
     """Drop the bias parameters of a DagmaMLP (its layers then compute without them)."""
     model.fc1.bias = None
@@ -276,10 +460,20 @@ def _remove_biases(model: torch.nn.Module) -> None:
 
 
 @contextlib.contextmanager
-def _package_progress(module: Any, label: str, enabled: bool) -> Iterator[None]:
-    """Label the package's per-fit progress bar, or silence it; ``module.tqdm`` is restored afterwards."""
+def _package_progress(module: Any, label: str, enabled: bool, on_update: Callable[[int], None]) -> Iterator[None]:
+    """Label the package's per-fit progress bar, or silence it, and call ``on_update(n)`` after each update.
+
+    ``module.tqdm`` is restored afterwards.
+    """
     original = module.tqdm
-    module.tqdm = functools.partial(original, desc=label, leave=False, disable=not enabled)
+
+    class Bar(original):  # type: ignore[misc, valid-type]
+        def update(self, n: float | None = 1) -> bool | None:
+            shown = super().update(n)
+            on_update(1 if n is None else int(n))
+            return shown
+
+    module.tqdm = functools.partial(Bar, desc=label, leave=False, disable=not enabled or None)
     try:
         yield
     finally:

@@ -13,13 +13,37 @@ The per-model ELBO itself would give ``q(m) ~ p(m) exp(ELBO_m)`` (VTI eq. 13
 for fixed flows); importance sampling removes the KL gap from each model's
 weight, which matters whenever the families fit some models better than others
 (``evidence='elbo'`` selects the ELBO weights instead).
+
+**Running estimates.** Each snapshot weighs the models by the same estimator,
+from the importance weights ``pi~ / q_m`` the training steps since the previous
+snapshot already computed (the latest steps', about ``SNAPSHOT_DRAWS`` per model
+and at least one step's; each step's weights are unbiased for ``p(m) Z_m`` under
+that step's flow, so they lag the flows by at most those few steps), and
+carries the ELBO of the mixture ``q(m) q_m``. It draws nothing: the run's
+generator never moves, and a snapshot costs a softmax, where fresh draws (even
+128 per model) would cost about two training steps on ``robust-vs``. The last
+snapshot is the returned estimate itself.
+
+**Time budgets.** All models train together, step by step, as without a budget.
+The learning rates share the first ``SCORED_FRACTION`` of the budget equally, in
+turn (the rest is kept for the returned draws). Each trains for ``TRAIN_SHARE``
+of its share, then scores its fit for the rest: fresh draws in chunks, at most
+``evidence_draws`` per model, give both its ELBO (which picks the rate per model)
+and its importance-sampled evidence (without a budget these are two samples of
+``evidence_draws``). A cosine schedule spans the steps projected to fit the
+training part, from the pace between ``PACE_FROM`` and ``CALIBRATION_SHARE`` of
+the share; until then the rate is constant (the cosine's start).
+``num_iterations`` is then unused. The run fails with ``BudgetTooSmall`` if not
+one gradient step fits.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from abc import abstractmethod
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -28,8 +52,8 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from methods.mif.families import GaussianVIP, ModelInformedFlow, VariationalFamily, num_parameters
-from suite.harness import PhaseTimer
-from suite.method import Budget, Method, Result
+from suite.context import BudgetTooSmall, RunContext, RunningEstimate
+from suite.method import Method, Result
 from suite.problem import Problem
 from suite.registry import register_method
 from suite.types import Draws, ModelProbs
@@ -38,6 +62,21 @@ ORDERS = ("topological", "reversed")
 EVIDENCE = ("importance", "elbo")
 SCHEDULES = ("constant", "cosine")
 INITS = ("paper", "zero-z")
+
+#: Budgeted runs: the learning rates share this fraction of the time budget equally, in turn (the rest is kept for
+#: the returned draws); each trains for ``TRAIN_SHARE`` of its share and scores its fit (ELBO and evidence from one
+#: sample, in chunks of at least ``SCORING_CHUNK`` draws per model) for the rest.
+SCORED_FRACTION = 0.95
+TRAIN_SHARE = 0.9
+SCORING_CHUNK = 64
+#: Budgeted cosine schedules: the pace of the steps is measured from ``PACE_FROM`` to ``CALIBRATION_SHARE`` of a
+#: learning rate's share (each at least ``CALIBRATION_STEPS`` steps on), leaving out the setup and the first
+#: steps, and the schedule is then stretched over the steps that pace projects for the rest of the training part.
+PACE_FROM = 0.02
+CALIBRATION_SHARE = 0.1
+CALIBRATION_STEPS = 5
+#: Importance weights per model a snapshot uses (at least one step's): the latest training steps' since the last one.
+SNAPSHOT_DRAWS = 128
 
 _PROFILES: dict[str, dict[str, Any]] = {
     "smoke": {
@@ -76,9 +115,11 @@ _PROFILES: dict[str, dict[str, Any]] = {
         "clip_grad_norm": None,
     },
 }
+#: The presets of the methods without an ``init`` option (only MIF has one).
+_SHARED_PROFILES = {name: {k: v for k, v in preset.items() if k != "init"} for name, preset in _PROFILES.items()}
 
 
-@dataclass
+@dataclass(frozen=True)
 class _PerModelVI(Method):
     """Options shared by the per-model variational methods."""
 
@@ -100,29 +141,29 @@ class _PerModelVI(Method):
     max_draws_per_step: int | None = None
     #: Largest model space accepted (a fit per model).
     max_models: int = 256
-    dtype: str = "float64"
-    progress: bool = True
 
-    profiles: ClassVar[dict[str, dict[str, Any]]] = _PROFILES
+    profiles: ClassVar[dict[str, dict[str, Any]]] = _SHARED_PROFILES
     default_seeds: ClassVar[dict[str, int]] = {"quick": 1}
 
-    def settings(self, problem: Problem, budget: Budget) -> dict[str, Any]:
-        """Profile presets under the constructor's values, checked for sense."""
-        s = super().settings(problem, budget)
+    def finalise(self, problem: Problem) -> _PerModelVI:
+        """Check the resolved options for sense; the learning rates become a tuple of floats."""
         for key in ("num_iterations", "batch_size", "evidence_draws", "max_models", "max_draws_per_step"):
-            if key in s and int(s[key]) <= 0:
-                raise ValueError(f"{self.name}: {key} must be positive, got {s[key]}")
-        rates = tuple(float(r) for r in s["learning_rates"])
+            value = getattr(self, key)
+            if value is None or int(value) <= 0:
+                raise ValueError(f"{self.name}: {key} must be positive, got {value}")
+        if self.learning_rates is None:
+            raise ValueError(f"{self.name}: learning_rates must be positive numbers, got None")
+        rates = tuple(float(r) for r in self.learning_rates)
         if not rates or any(not (r > 0 and math.isfinite(r)) for r in rates):
-            raise ValueError(f"{self.name}: learning_rates must be positive numbers, got {s['learning_rates']}")
-        s["learning_rates"] = rates
-        if s.get("init", "paper") not in INITS:
-            raise ValueError(f"{self.name}: unknown init {s['init']!r}; valid: {', '.join(INITS)}")
-        if s["schedule"] not in SCHEDULES:
-            raise ValueError(f"{self.name}: unknown schedule {s['schedule']!r}; valid: {', '.join(SCHEDULES)}")
-        if s["evidence"] not in EVIDENCE:
-            raise ValueError(f"{self.name}: unknown evidence {s['evidence']!r}; valid: {', '.join(EVIDENCE)}")
-        return s
+            raise ValueError(f"{self.name}: learning_rates must be positive numbers, got {self.learning_rates}")
+        init = getattr(self, "init", "paper")
+        if init not in INITS:
+            raise ValueError(f"{self.name}: unknown init {init!r}; valid: {', '.join(INITS)}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"{self.name}: unknown schedule {self.schedule!r}; valid: {', '.join(SCHEDULES)}")
+        if self.evidence not in EVIDENCE:
+            raise ValueError(f"{self.name}: unknown evidence {self.evidence!r}; valid: {', '.join(EVIDENCE)}")
+        return self if rates == self.learning_rates else dataclasses.replace(self, learning_rates=rates)
 
     def supports(self, problem: Problem) -> str | None:
         """Enumerable spaces of at most ``max_models`` models."""
@@ -140,7 +181,7 @@ class _PerModelVI(Method):
 
     @abstractmethod
     def _family(
-        self, problem: Problem, active: Tensor, prior_fn: Any, s: dict[str, Any], generator: torch.Generator
+        self, problem: Problem, active: Tensor, prior_fn: Any, dtype: torch.dtype, generator: torch.Generator
     ) -> VariationalFamily:
         """The family for these models."""
 
@@ -148,15 +189,13 @@ class _PerModelVI(Method):
         return True
 
     # -------------------------------------------------------------------- run
-    def run(self, problem: Problem, budget: Budget, seed: int, device: torch.device) -> Result:
+    def run(self, problem: Problem, context: RunContext) -> Result:
         """Fit a family per model, weigh the models by importance-sampled evidence."""
         reason = self.supports(problem)
         if reason:
             raise ValueError(f"{self.name} cannot run on {problem.name}: {reason}")
-        s = self.settings(problem, budget)
-        dtype = self.torch_dtype
-        timer = PhaseTimer(device)
-        generator = torch.Generator(device=device).manual_seed(seed)
+        device, dtype = context.device, context.dtype
+        generator = torch.Generator(device=device).manual_seed(context.seed)
         models = problem.model_space.all_indices(device)
         order = self._order(problem).to(device)
         inverse = torch.argsort(order)
@@ -164,41 +203,69 @@ class _PerModelVI(Method):
         with_prior = self._uses_prior() and problem.has_prior_location_scale
         prior_fn = _prior_function(problem, models, order, inverse) if with_prior else None
         target = _Target(problem, models, inverse)
+        assert self.learning_rates is not None and self.evidence_draws is not None
 
         best: dict[str, Tensor] | None = None
         best_elbo = torch.full((len(models),), -math.inf, dtype=torch.float64, device=device)
         best_rate = torch.zeros(len(models), dtype=torch.float64)
+        #: Budgeted: the chosen fits' evidence (log weight, its SE, ESS) from their scoring draws.
+        best_scored: tuple[Tensor, Tensor, Tensor] | None = None
         history: dict[str, list[float]] = {}
         skipped_total = 0
-        with timer.phase("train"):
-            for rate in s["learning_rates"]:
-                family = self._family(problem, active, prior_fn, s, generator).to(device)
-                curve, skipped = _fit(family, target, rate, s, generator, f"{self.name} lr={rate:g}")
-                skipped_total += skipped
-                history[f"{rate:g}"] = curve
-                with torch.no_grad():
-                    elbo = _elbo(family, target, int(s["evidence_draws"]), generator)
-                better = elbo > best_elbo
-                best_elbo = torch.where(better, elbo, best_elbo)
-                best_rate = torch.where(better.cpu(), torch.tensor(rate, dtype=torch.float64), best_rate)
-                state = {k: v.detach().clone() for k, v in family.state_dict().items()}
-                best = state if best is None else _merge_rows(best, state, better, len(models))
-            assert best is not None
-            family.load_state_dict(best)
-            family.eval()
+        steps: list[int] = []
+        scored_draws: list[int] = []
+        iteration = 0  # gradient steps and (budgeted) scoring chunks so far, over all learning rates
+        running = _RunningEvidence(self.evidence)
+        for index, rate in enumerate(self.learning_rates):
+            with context.timer.phase("train"):
+                family = self._family(problem, active, prior_fn, dtype, generator).to(device)
+                running.start(self._batch(family))
+                curve, skipped, done = self._fit(family, target, rate, index, iteration, generator, context, running)
+                iteration += done
+                steps.append(done)
+                if done and not context.budgeted:
+                    with torch.no_grad():
+                        elbo, log_z = _elbo(family, target, self.evidence_draws, generator)
+            if done == 0:  # budgeted: this rate's share of the time ended before its first step
+                continue
+            scored = None
+            if context.budgeted:  # the ELBO and the evidence from one sample, as long as the rate's share lasts
+                with context.timer.phase("evidence"), torch.no_grad():
+                    log_w, chunks = self._score(family, target, index, iteration, generator, context)
+                iteration += chunks
+                scored_draws.append(log_w.shape[-1])
+                elbo, scored = _finite_mean(log_w), _evidence_from_log_weights(log_w)
+                log_z = scored[0]
+            skipped_total += skipped
+            history[f"{rate:g}"] = curve
+            better = elbo > best_elbo
+            best_elbo = torch.where(better, elbo, best_elbo)
+            best_rate = torch.where(better.cpu(), torch.tensor(rate, dtype=torch.float64), best_rate)
+            state = {k: v.detach().clone() for k, v in family.state_dict().items()}
+            best = state if best is None else _merge_rows(best, state, better, len(models))
+            if scored is not None:
+                best_scored = scored if best_scored is None else _where_better(better, scored, best_scored)
+            running.keep_best(better, elbo, log_z)  # later rates' snapshots weigh against the best so far
+        if best is None:
+            raise BudgetTooSmall("the budget ended before the first gradient step of the per-model fits")
+        family.load_state_dict(best)
+        family.eval()
         if not bool(torch.isfinite(best_elbo).any()):
-            return Result.failed("every model's fit diverged (non-finite ELBO)", device=str(device), dtype=self.dtype)
+            return Result.failed("every model's fit diverged (non-finite ELBO)")
 
-        with timer.phase("evidence"), torch.no_grad():
-            log_weight, log_weight_se, ess = _importance_evidence(family, target, int(s["evidence_draws"]), generator)
-            if s["evidence"] == "elbo":
+        with context.timer.phase("evidence"), torch.no_grad():
+            if best_scored is None:  # without a budget: a fresh sample of evidence_draws per model
+                log_weight, log_weight_se, ess = _importance_evidence(family, target, self.evidence_draws, generator)
+            else:
+                log_weight, log_weight_se, ess = best_scored
+            if self.evidence == "elbo":
                 log_weight, log_weight_se = best_elbo.clone(), torch.zeros_like(best_elbo)
             probs, probs_se = _normalise(log_weight, log_weight_se)
         log_q_model = torch.log(probs).to(device, dtype)
 
         density = _MixtureDensity(family, log_q_model, order, problem.dim_max)
-        with timer.phase("sample"), torch.no_grad():
-            draws = density.sample(budget.num_draws, generator)
+        with context.timer.phase("sample"), torch.no_grad():
+            draws = density.sample(context.num_draws, generator)
         diagnostics = {
             "family": type(family).__name__,
             "prior_inputs": with_prior,
@@ -213,18 +280,148 @@ class _PerModelVI(Method):
             "importance_ess": ess.tolist() if len(models) <= 256 else None,
             "chosen_learning_rate": best_rate.tolist() if len(models) <= 256 else None,
             "skipped_steps": skipped_total,
+            "training_steps": steps,
+            "scoring_draws": scored_draws if context.budgeted else None,
             "loss_curves": history,
         }
+        model_probs = ModelProbs.from_dense(probs, probs_se)
+        final_elbo = _mixture_elbo(probs, best_elbo)
+        context.snapshot(iteration, lambda: RunningEstimate(model_probs, elbo=final_elbo))
         return Result(
-            model_probs=ModelProbs.from_dense(probs, probs_se),
+            model_probs=model_probs,
             draws=Draws(draws.model_index.cpu(), draws.theta.cpu()),
             log_density=density.log_prob,
             sample_q=density.sample,
             diagnostics=diagnostics,
-            timings=dict(timer.timings),
-            device=str(device),
-            dtype=self.dtype,
         )
+
+    def _batch(self, family: VariationalFamily) -> int:
+        """Draws per model per gradient step: ``batch_size``, lowered to fit ``max_draws_per_step`` (at least 8)."""
+        assert self.batch_size is not None and self.max_draws_per_step is not None
+        return max(8, min(self.batch_size, self.max_draws_per_step // family.num_models))
+
+    def _score(
+        self,
+        family: VariationalFamily,
+        target: _Target,
+        rate_index: int,
+        offset: int,
+        generator: torch.Generator,
+        context: RunContext,
+    ) -> tuple[Tensor, int]:
+        """Budgeted: log weights [M, n] of fresh draws, in chunks, until this rate's share of the time ends.
+
+        At least one chunk, at most ``evidence_draws`` per model. Returns the weights and the chunks drawn (each
+        counts as an iteration of the run, after ``offset``).
+        """
+        assert self.evidence_draws is not None and self.learning_rates is not None
+        chunk = min(self.evidence_draws, max(self._batch(family), SCORING_CHUNK))
+        share_end = SCORED_FRACTION * (rate_index + 1) / len(self.learning_rates)
+        values: list[Tensor] = []
+        drawn = chunks = 0
+        while drawn < self.evidence_draws:
+            iteration = offset + chunks
+            if chunks and (
+                context.stop_due(iteration) or context.milestone(f"scored_lr{rate_index}", iteration, share_end)
+            ):
+                break
+            num = min(chunk, self.evidence_draws - drawn)
+            z, log_q = family.sample(num, generator)
+            values.append((target(z) - log_q).to(torch.float64))
+            drawn += num
+            chunks += 1
+        return torch.cat(values, dim=-1), chunks
+
+    def _fit(
+        self,
+        family: VariationalFamily,
+        target: _Target,
+        rate: float,
+        rate_index: int,
+        offset: int,
+        generator: torch.Generator,
+        context: RunContext,
+        running: _RunningEvidence,
+    ) -> tuple[list[float], int, int]:
+        """Adam on the summed negative ELBOs of all models; returns a thinned loss curve, skipped and taken steps.
+
+        Without a budget: ``num_iterations`` steps (a cosine schedule spans them). With one: until the training
+        part of this rate's share of the budget is spent (see the module docstring), or the projected steps of a
+        cosine schedule are done. ``offset`` is the run's iterations so far: its count goes on over the rates.
+        """
+        assert self.num_iterations is not None and self.learning_rates is not None
+        optimiser = torch.optim.Adam(family.parameters(), lr=rate)
+        planned = self.num_iterations
+        num_rates = len(self.learning_rates)
+        batch = self._batch(family)
+        budgeted = context.budgeted
+        schedule = None
+        if self.schedule == "cosine" and not budgeted:
+            schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=planned)
+        horizon = None if budgeted else planned  # steps of this fit (budgeted: projected after calibration)
+        share_end = SCORED_FRACTION * (rate_index + TRAIN_SHARE) / num_rates
+        paced_at = SCORED_FRACTION * (rate_index + PACE_FROM) / num_rates
+        calibrated_at = SCORED_FRACTION * (rate_index + CALIBRATION_SHARE) / num_rates
+        paced: tuple[int, float] | None = None  # (step, fraction of the budget used) where the pace is measured from
+        curve: list[float] = []
+        skipped = 0
+        label = f"{self.name} lr={rate:g}"
+        bar = tqdm(total=horizon, desc=label, disable=not context.progress or None, leave=False, mininterval=1.0)
+        record_every = 1 if budgeted else max(1, planned // 200)
+        last = time.perf_counter()
+        step = 0
+        while True:
+            if budgeted:
+                iteration = offset + step
+                if (
+                    (horizon is not None and step >= horizon)
+                    or context.stop_due(iteration)
+                    or context.milestone(f"trained_lr{rate_index}", iteration, share_end)
+                ):
+                    break
+                if self.schedule == "cosine":
+                    if horizon is None and step >= CALIBRATION_STEPS:
+                        if paced is None:
+                            if context.milestone(f"paced_lr{rate_index}", iteration, paced_at):
+                                paced = (step, _budget_used(context, f"paced_projection_lr{rate_index}", iteration))
+                        elif step >= paced[0] + CALIBRATION_STEPS and context.milestone(
+                            f"calibrated_lr{rate_index}", iteration, calibrated_at
+                        ):
+                            used = _budget_used(context, f"projected_lr{rate_index}", iteration)
+                            pace = (step - paced[0]) / max(used - paced[1], 1e-12)  # steps per budget fraction
+                            horizon = step + max(1, int(pace * (share_end - used)))
+                    fraction = 0.0 if horizon is None else step / horizon
+                    for group in optimiser.param_groups:
+                        group["lr"] = rate * 0.5 * (1.0 + math.cos(math.pi * fraction))
+            elif step >= planned:
+                break
+            z, log_q = family.sample(batch, generator)
+            log_w = target(z) - log_q
+            per_model = log_w.mean(-1)  # ELBO estimate per model
+            loss = -per_model.sum()
+            optimiser.zero_grad(set_to_none=True)
+            if not bool(torch.isfinite(loss)):
+                skipped += 1  # a draw in a region where the target or q overflows; the step is dropped
+            else:
+                running.record(log_w.detach())
+                loss.backward()
+                if self.clip_grad_norm:
+                    torch.nn.utils.clip_grad_norm_(family.parameters(), float(self.clip_grad_norm))
+                optimiser.step()
+                if schedule is not None:
+                    schedule.step()
+                if step % record_every == 0:
+                    curve.append(float(loss.detach()) / per_model.numel())
+                bar.update(1)
+                if context.progress and time.perf_counter() - last > 1.0:
+                    bar.set_postfix(neg_elbo=f"{float(loss.detach()) / per_model.numel():.4g}")
+                    last = time.perf_counter()
+            step += 1
+            context.maybe_snapshot(offset + step, running, planned * num_rates)
+        bar.close()
+        if budgeted and len(curve) > 200:
+            curve = curve[:: len(curve) // 200]
+        return curve, skipped, step
 
 
 # ------------------------------------------------------------------ pieces
@@ -254,53 +451,15 @@ def _prior_function(problem: Problem, models: Tensor, order: Tensor, inverse: Te
     return prior_fn
 
 
-def _fit(
-    family: VariationalFamily, target: _Target, rate: float, s: dict[str, Any], generator: torch.Generator, label: str
-) -> tuple[list[float], int]:
-    """Adam on the summed negative ELBOs of all models; returns a thinned loss curve and the skipped steps."""
-    optimiser = torch.optim.Adam(family.parameters(), lr=rate)
-    iterations = int(s["num_iterations"])
-    batch = max(8, min(int(s["batch_size"]), int(s["max_draws_per_step"]) // family.num_models))
-    schedule = None
-    if s["schedule"] == "cosine":
-        schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=iterations)
-    curve: list[float] = []
-    skipped = 0
-    bar = tqdm(total=iterations, desc=label, disable=not s["progress"], leave=False, mininterval=1.0)
-    record_every = max(1, iterations // 200)
-    last = time.perf_counter()
-    for step in range(iterations):
-        z, log_q = family.sample(batch, generator)
-        per_model = (target(z) - log_q).mean(-1)  # ELBO estimate per model
-        loss = -per_model.sum()
-        optimiser.zero_grad(set_to_none=True)
-        if not bool(torch.isfinite(loss)):
-            skipped += 1  # a draw in a region where the target or q overflows; the step is dropped
-            continue
-        loss.backward()
-        if s.get("clip_grad_norm"):
-            torch.nn.utils.clip_grad_norm_(family.parameters(), float(s["clip_grad_norm"]))
-        optimiser.step()
-        if schedule is not None:
-            schedule.step()
-        if step % record_every == 0:
-            curve.append(float(loss.detach()) / per_model.numel())
-        bar.update(1)
-        if s["progress"] and time.perf_counter() - last > 1.0:
-            bar.set_postfix(neg_elbo=f"{float(loss.detach()) / per_model.numel():.4g}")
-            last = time.perf_counter()
-    bar.close()
-    return curve, skipped
-
-
-def _elbo(family: VariationalFamily, target: _Target, num: int, generator: torch.Generator) -> Tensor:
-    """Per-model ELBO estimates from ``num`` fresh draws (non-finite fits: -inf)."""
+def _elbo(family: VariationalFamily, target: _Target, num: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """Per-model ELBO estimates from ``num`` fresh draws (non-finite fits: -inf), and log(p(m) Z_m) from the same."""
     values = []
     for chunk in _chunks(num):
         z, log_q = family.sample(chunk, generator)
         values.append(target(z) - log_q)
-    elbo = torch.cat(values, dim=-1).to(torch.float64).mean(-1)
-    return torch.where(torch.isfinite(elbo), elbo, -math.inf)
+    log_w = torch.cat(values, dim=-1).to(torch.float64)
+    elbo = log_w.mean(-1)
+    return torch.where(torch.isfinite(elbo), elbo, -math.inf), _log_mean_exp(log_w)
 
 
 def _importance_evidence(
@@ -311,7 +470,12 @@ def _importance_evidence(
     for chunk in _chunks(num):
         z, log_q = family.sample(chunk, generator)
         values.append(target(z) - log_q)
-    log_w = torch.cat(values, dim=-1).to(torch.float64)
+    return _evidence_from_log_weights(torch.cat(values, dim=-1).to(torch.float64))
+
+
+def _evidence_from_log_weights(log_w: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """log(p(m) Z_m), its delta-method SE and the effective sample size from log weights [M, num]."""
+    num = log_w.shape[-1]
     log_w = torch.where(torch.isnan(log_w), -math.inf, log_w)
     top = log_w.max(-1, keepdim=True).values
     w = torch.exp(log_w - top)
@@ -329,6 +493,12 @@ def _normalise(log_weight: Tensor, log_weight_se: Tensor) -> tuple[Tensor, Tenso
     return probs, var.clamp_min(0).sqrt()
 
 
+def _where_better(better: Tensor, new: tuple[Tensor, ...], old: tuple[Tensor, ...]) -> tuple[Tensor, Tensor, Tensor]:
+    """Per model, ``new`` where ``better``, else ``old`` (each a tuple of per-model tensors)."""
+    a, b, c = (torch.where(better, n, o) for n, o in zip(new, old, strict=True))
+    return a, b, c
+
+
 def _merge_rows(best: dict[str, Tensor], new: dict[str, Tensor], better: Tensor, num_models: int) -> dict[str, Tensor]:
     """Per-model rows of ``new`` where ``better``, else ``best`` (tensors without a model dim are kept)."""
     out = {}
@@ -343,6 +513,78 @@ def _merge_rows(best: dict[str, Tensor], new: dict[str, Tensor], better: Tensor,
 
 def _chunks(num: int, size: int = 4096) -> list[int]:
     return [min(size, num - start) for start in range(0, num, size)]
+
+
+class _RunningEvidence:
+    """A snapshot's estimate: q(m) from the importance weights of the latest training steps (no fresh draws).
+
+    :meth:`record` keeps each step's weights ``log pi~ - log q_m`` [M, batch] (the latest steps', about
+    ``SNAPSHOT_DRAWS`` per model, at least one step's); a snapshot uses those since the previous one. After a
+    learning rate, :meth:`keep_best` holds the best fit per model so far with the ELBO and evidence of its scoring
+    sample; a model keeps it while the current fit's ELBO is not higher (as the run does when it merges the rates).
+    """
+
+    def __init__(self, evidence: str) -> None:
+        self.evidence = evidence
+        self.window: deque[Tensor] = deque()
+        self.best_elbo: Tensor | None = None
+        self.best_log_z: Tensor | None = None
+
+    def start(self, batch: int) -> None:
+        """A new fit, of ``batch`` draws per model per step (the previous fit's weights are dropped)."""
+        self.window = deque(maxlen=max(1, SNAPSHOT_DRAWS // batch))
+
+    def record(self, log_w: Tensor) -> None:
+        """The importance weights of one (finite) training step."""
+        self.window.append(log_w)
+
+    def keep_best(self, better: Tensor, elbo: Tensor, log_z: Tensor) -> None:
+        """After a fit: per model, its ELBO and evidence where ``better`` than the best so far."""
+        if self.best_elbo is None or self.best_log_z is None:
+            self.best_elbo, self.best_log_z = elbo.clone(), log_z.clone()
+        else:
+            self.best_elbo = torch.where(better, elbo, self.best_elbo)
+            self.best_log_z = torch.where(better, log_z, self.best_log_z)
+
+    def __call__(self) -> RunningEstimate | None:
+        if not self.window:
+            return None
+        log_w = torch.cat(list(self.window), dim=-1).to(torch.float64)
+        self.window.clear()
+        elbo, log_z = log_w.mean(-1), _log_mean_exp(log_w)
+        if self.best_elbo is not None and self.best_log_z is not None:
+            keep = elbo <= self.best_elbo.to(elbo.device)
+            elbo = torch.where(keep, self.best_elbo.to(elbo.device), elbo)
+            log_z = torch.where(keep, self.best_log_z.to(elbo.device), log_z)
+        weight = elbo if self.evidence == "elbo" else log_z
+        if not bool(torch.isfinite(weight).any()):
+            return None  # every fit diverged so far: no estimate
+        probs = torch.softmax(weight, dim=0)
+        return RunningEstimate(ModelProbs.from_dense(probs), elbo=_mixture_elbo(probs, elbo))
+
+
+def _log_mean_exp(log_w: Tensor) -> Tensor:
+    """log of the mean of exp(log_w) over the last dim (NaN weights count as 0)."""
+    log_w = torch.where(torch.isnan(log_w), -math.inf, log_w)
+    return torch.logsumexp(log_w, dim=-1) - math.log(log_w.shape[-1])
+
+
+def _budget_used(context: RunContext, name: str, iteration: int) -> float:
+    """The fraction of the time budget used at ``iteration``, as the context's projection (recorded as ``name``)."""
+    return iteration / context.projected_iterations(name, iteration)
+
+
+def _finite_mean(log_w: Tensor) -> Tensor:
+    """Per-model means of log weights (the ELBO estimates); non-finite ones are -inf."""
+    mean = log_w.mean(-1)
+    return torch.where(torch.isfinite(mean), mean, -math.inf)
+
+
+def _mixture_elbo(probs: Tensor, elbo: Tensor) -> float | None:
+    """ELBO of q(m) q_m(theta): sum_m q(m) (ELBO_m - log q(m)) over the models q weighs (None if not finite)."""
+    kept = probs > 0
+    value = float((probs[kept] * (elbo[kept] - torch.log(probs[kept]))).sum())
+    return value if math.isfinite(value) else None
 
 
 class _MixtureDensity:
@@ -385,7 +627,7 @@ class _MixtureDensity:
 
 # ------------------------------------------------------------------ methods
 @register_method("mif")
-@dataclass
+@dataclass(frozen=True)
 class MIF(_PerModelVI):
     """Model-informed flow per model (MIF paper, Algorithm 1), models weighed by importance-sampled evidence."""
 
@@ -396,16 +638,18 @@ class MIF(_PerModelVI):
     #: "paper": every weight from N(0, 0.1^2); "zero-z": weights on the conditioning inputs start at 0 (see docs).
     init: str | None = None
 
-    def settings(self, problem: Problem, budget: Budget) -> dict[str, Any]:
+    profiles: ClassVar[dict[str, dict[str, Any]]] = _PROFILES
+
+    def finalise(self, problem: Problem) -> _PerModelVI:
         """As the shared rule; ``hidden`` >= 0, known conditioning and order."""
-        s = super().settings(problem, budget)
-        if int(s["hidden"]) < 0:
-            raise ValueError(f"{self.name}: hidden must be >= 0, got {s['hidden']}")
-        if s["conditioning"] not in ("z", "eps"):
-            raise ValueError(f"{self.name}: unknown conditioning {s['conditioning']!r}; valid: z, eps")
-        if s["order"] not in ORDERS:
-            raise ValueError(f"{self.name}: unknown order {s['order']!r}; valid: {', '.join(ORDERS)}")
-        return s
+        resolved = super().finalise(problem)
+        if self.hidden is None or self.hidden < 0:
+            raise ValueError(f"{self.name}: hidden must be >= 0, got {self.hidden}")
+        if self.conditioning not in ("z", "eps"):
+            raise ValueError(f"{self.name}: unknown conditioning {self.conditioning!r}; valid: z, eps")
+        if self.order not in ORDERS:
+            raise ValueError(f"{self.name}: unknown order {self.order!r}; valid: {', '.join(ORDERS)}")
+        return resolved
 
     def _order(self, problem: Problem) -> Tensor:
         order = super()._order(problem)
@@ -416,23 +660,24 @@ class MIF(_PerModelVI):
         return self.prior_inputs and self.order == "topological"
 
     def _family(
-        self, problem: Problem, active: Tensor, prior_fn: Any, s: dict[str, Any], generator: torch.Generator
+        self, problem: Problem, active: Tensor, prior_fn: Any, dtype: torch.dtype, generator: torch.Generator
     ) -> VariationalFamily:
+        assert self.hidden is not None
         return ModelInformedFlow(
             active,
             prior_fn,
-            hidden=int(s["hidden"]),
-            translation=bool(s["translation"]),
+            hidden=self.hidden,
+            translation=self.translation,
             prior_inputs=prior_fn is not None,
-            conditioning=s["conditioning"],
-            dtype=self.torch_dtype,
+            conditioning=self.conditioning,
+            dtype=dtype,
             generator=generator,
-            zero_z_weights=s["init"] == "zero-z",
+            zero_z_weights=self.init == "zero-z",
         )
 
 
 @register_method("iaf")
-@dataclass
+@dataclass(frozen=True)
 class IAF(_PerModelVI):
     """Inverse autoregressive flow per model: z_i = m_i(eps_<i) + s_i(eps_<i) eps_i (one layer, MIF's conditioners)."""
 
@@ -440,11 +685,10 @@ class IAF(_PerModelVI):
         return False
 
     def _family(
-        self, problem: Problem, active: Tensor, prior_fn: Any, s: dict[str, Any], generator: torch.Generator
+        self, problem: Problem, active: Tensor, prior_fn: Any, dtype: torch.dtype, generator: torch.Generator
     ) -> VariationalFamily:
-        return ModelInformedFlow.inverse_autoregressive(
-            active, hidden=int(s["hidden"]), dtype=self.torch_dtype, generator=generator
-        )
+        assert self.hidden is not None
+        return ModelInformedFlow.inverse_autoregressive(active, hidden=self.hidden, dtype=dtype, generator=generator)
 
 
 class _GaussianFamily:
@@ -452,21 +696,18 @@ class _GaussianFamily:
 
     full_rank: ClassVar[bool] = True
     vip: ClassVar[bool] = False
-    torch_dtype: torch.dtype
 
     def _uses_prior(self) -> bool:
         return self.vip
 
     def _family(
-        self, problem: Problem, active: Tensor, prior_fn: Any, s: dict[str, Any], generator: torch.Generator
+        self, problem: Problem, active: Tensor, prior_fn: Any, dtype: torch.dtype, generator: torch.Generator
     ) -> VariationalFamily:
-        return GaussianVIP(
-            active, prior_fn, full_rank=self.full_rank, vip=self.vip, dtype=self.torch_dtype, generator=generator
-        )
+        return GaussianVIP(active, prior_fn, full_rank=self.full_rank, vip=self.vip, dtype=dtype, generator=generator)
 
 
 @register_method("fr-vip")
-@dataclass
+@dataclass(frozen=True)
 class FRVIP(_GaussianFamily, _PerModelVI):
     """Full-rank Gaussian through the VIP map with a learnable centring lambda per latent (MIF paper, Algorithm 2)."""
 
@@ -474,13 +715,13 @@ class FRVIP(_GaussianFamily, _PerModelVI):
 
 
 @register_method("fr")
-@dataclass
+@dataclass(frozen=True)
 class FullRank(_GaussianFamily, _PerModelVI):
     """Full-rank Gaussian per model."""
 
 
 @register_method("mf")
-@dataclass
+@dataclass(frozen=True)
 class MeanField(_GaussianFamily, _PerModelVI):
     """Mean-field (diagonal) Gaussian per model."""
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, ClassVar
 
 import torch
@@ -20,8 +20,8 @@ from methods.common.moments import (
 )
 from methods.common.sample_density import fit_gaussian_per_model
 from methods.rjmcmc.kernels import ChainState, between_model_move, init_state, random_walk_move
-from suite.harness import PhaseTimer
-from suite.method import Budget, Method, Result
+from suite.context import STOP, BudgetTooSmall, RunContext
+from suite.method import Method, Result
 from suite.problem import Problem
 from suite.registry import register_method
 from suite.tensor_ops import row_sum, rows
@@ -37,10 +37,14 @@ TRACE_BLOCK = 50
 MATCHINGS = ("standardised", "identity")
 #: Largest model space whose jump standardisation is kept per model (a [models, 2 D + 1] table).
 MAX_JUMP_TABLE_MODELS = 2**18
+#: Kept parameter values (rows x chains x D) a time-budgeted run holds at most; beyond, its thinning doubles.
+MAX_KEPT_VALUES = 2**24
+#: Rows of kept draws a time-budgeted run allocates first (the buffer doubles as it fills).
+FIRST_KEPT_ROWS = 64
 
 
 @register_method("rjmcmc-baseline")
-@dataclass
+@dataclass(frozen=True)
 class RJMCMCBaseline(Method):
     """Vectorised RJMCMC: independent-auxiliary jumps, adaptive random-walk Metropolis within models.
 
@@ -70,6 +74,20 @@ class RJMCMCBaseline(Method):
     errors from the spread across independent groups of chains. The density
     reported for cross-entropy is the visit frequency times a Gaussian fitted
     per model to the kept draws (methods/common/sample_density.py).
+
+    **Time budget.** With ``context.time_budget_s`` (or replayed counts) the run burns in, adapting as above,
+    until the fraction ``burn_in / (burn_in + num_iterations)`` of the profile's preset (or of the options given)
+    of the budget is spent (milestone ``"burn_in_end"``), then samples until the budget is spent, stopping after a
+    whole number of ``thin`` intervals; ``num_chains``, ``thin`` and the adaptation schedule come from the preset
+    as without a budget. The kept draws grow with the run; past ``MAX_KEPT_VALUES`` parameter values every other
+    kept row is dropped and the thinning doubles. A budget spent before any iteration after burn-in raises
+    :class:`suite.context.BudgetTooSmall`.
+
+    **Running estimates.** After burn-in a snapshot is the visit frequencies since burn-in ended, computed as the
+    final result is (dense counts of every iteration on dense spaces, else the kept models so far), so the last
+    snapshot is the reported model probabilities. During burn-in (and, on large spaces, before the first kept
+    draw) it is the model frequencies of the chains' current states: one draw per chain, what the chains hold if
+    stopped there.
     """
 
     num_chains: int | None = None
@@ -82,8 +100,6 @@ class RJMCMCBaseline(Method):
     target_accept: float = 0.234
     adapt_every: int = 20
     max_adapted_models: int = 4096
-    dtype: str = "float64"
-    progress: bool = True
 
     profiles: ClassVar[dict[str, dict[str, Any]]] = {
         "smoke": {"num_chains": 256, "burn_in": 200, "num_iterations": 400, "thin": 4},
@@ -92,17 +108,24 @@ class RJMCMCBaseline(Method):
         "paper": {"num_chains": 1024, "burn_in": 10000, "num_iterations": 50000, "thin": 50},
     }
 
-    def settings(self, problem: Problem, budget: Budget) -> dict[str, Any]:
-        """Profile presets under the constructor's values, checked for sense."""
-        s = super().settings(problem, budget)
+    def finalise(self, problem: Problem) -> RJMCMCBaseline:
+        """Check the resolved options for sense."""
+        for key in ("num_chains", "burn_in", "num_iterations", "thin"):
+            if getattr(self, key) is None:
+                raise ValueError(f"{self.name}: {key} has no value (give it, or use a profile that presets it)")
         for key in ("num_chains", "num_iterations", "thin", "within_moves", "adapt_every"):
-            if int(s[key]) <= 0:
-                raise ValueError(f"{self.name}: {key} must be positive, got {s[key]}")
-        if int(s["burn_in"]) < 0 or s["aux_scale"] <= 0 or not 0 < s["target_accept"] < 1:
+            if int(getattr(self, key)) <= 0:
+                raise ValueError(f"{self.name}: {key} must be positive, got {getattr(self, key)}")
+        if int(self.burn_in) < 0 or self.aux_scale <= 0 or not 0 < self.target_accept < 1:
             raise ValueError(f"{self.name}: burn_in >= 0, aux_scale > 0 and 0 < target_accept < 1 required")
-        if s["matching"] not in MATCHINGS:
-            raise ValueError(f"{self.name}: unknown matching {s['matching']!r}; valid: {', '.join(MATCHINGS)}")
-        return s
+        if self.matching not in MATCHINGS:
+            raise ValueError(f"{self.name}: unknown matching {self.matching!r}; valid: {', '.join(MATCHINGS)}")
+        return self
+
+    @property
+    def burn_in_fraction(self) -> float:
+        """Fraction of a time budget spent burning in: burn_in / (burn_in + num_iterations) of the options."""
+        return self.burn_in / (self.burn_in + self.num_iterations)
 
     def supports(self, problem: Problem) -> str | None:
         """Any problem with more than one model whose model index is one int64 word."""
@@ -115,29 +138,73 @@ class RJMCMCBaseline(Method):
             )
         return None
 
-    def run(self, problem: Problem, budget: Budget, seed: int, device: torch.device) -> Result:
+    def run(self, problem: Problem, context: RunContext) -> Result:
         """Run the chains and summarise them."""
-        s = self.settings(problem, budget)
         with torch.inference_mode():
-            return _Sampler(problem, s, self.torch_dtype, seed, device).run(budget)
+            return _Sampler(problem, self, context).run()
+
+
+class _KeptDraws:
+    """The thinned chain states after burn-in: rows of models [chains] and parameters [chains, D].
+
+    Without a time budget the buffer is allocated at its final size. With one it starts small and doubles as
+    it fills; once it holds ``max_rows`` rows, every other row is dropped and the thinning doubles, so the rows
+    stay evenly spaced (every ``thin``-th iteration after burn-in) and the memory bounded.
+    """
+
+    def __init__(self, rows: int, max_rows: int | None, thin: int, num_chains: int, dim: int) -> None:
+        self.rows, self.max_rows, self.thin = rows, max_rows, thin
+        self.num_chains, self.dim = num_chains, dim
+        self.size = 0
+
+    def allocate(self, dtype: torch.dtype, device: torch.device) -> None:
+        """Allocate the first buffers."""
+        self._models = torch.zeros(self.rows, self.num_chains, dtype=torch.int64, device=device)
+        self._theta = torch.zeros(self.rows, self.num_chains, self.dim, dtype=dtype, device=device)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def keep(self, state: ChainState) -> None:
+        """Store the chains' current states as the next row (growing or thinning the buffer as needed)."""
+        if self.size == self._models.shape[0]:  # only a budgeted run fills its buffer
+            assert self.max_rows is not None, "a run without a budget keeps exactly the rows it allocated"
+            rows = min(2 * self.size, self.max_rows)
+            self._models = torch.cat([self._models, self._models.new_zeros(rows - self.size, self.num_chains)])
+            self._theta = torch.cat([self._theta, self._theta.new_zeros(rows - self.size, self.num_chains, self.dim)])
+        self._models[self.size] = state.model_index
+        self._theta[self.size] = state.theta
+        self.size += 1
+        if self.size == self.max_rows:
+            half = self.size // 2
+            self._models[:half] = self._models[1 : self.size : 2].clone()
+            self._theta[:half] = self._theta[1 : self.size : 2].clone()
+            self.size, self.thin = half, 2 * self.thin
+
+    def models(self) -> Tensor:
+        """Kept model indices [rows, chains] (a view)."""
+        return self._models[: self.size]
+
+    def theta(self) -> Tensor:
+        """Kept parameters [rows, chains, D] (a view)."""
+        return self._theta[: self.size]
 
 
 class _Sampler:
     """One run's mutable sampler: chains, adaptation state and bookkeeping."""
 
-    def __init__(
-        self, problem: Problem, s: dict[str, Any], dtype: torch.dtype, seed: int, device: torch.device
-    ) -> None:
-        self.problem, self.s, self.dtype, self.device = problem, s, dtype, device
-        self.timer = PhaseTimer(device)
-        self.generator = torch.Generator(device=device).manual_seed(seed)
+    def __init__(self, problem: Problem, options: RJMCMCBaseline, context: RunContext) -> None:
+        self.problem, self.options, self.context = problem, options, context
+        self.dtype, self.device = context.dtype, context.device
+        device = self.device
+        self.generator = torch.Generator(device=device).manual_seed(context.seed)
         num_models = problem.num_models
-        self.per_model = num_models is not None and num_models <= s["max_adapted_models"]
+        self.per_model = num_models is not None and num_models <= options.max_adapted_models
         self.num_groups = num_models if self.per_model else 1
         # Jump standardisations cost O(models x D), so they stay per model in much larger spaces.
         self.per_model_jump = num_models is not None and num_models <= MAX_JUMP_TABLE_MODELS
         self.num_jump_groups = num_models if self.per_model_jump else 1
-        self.num_chains = int(s["num_chains"])
+        self.num_chains = int(options.num_chains)
         self.num_chain_groups = min(NUM_CHAIN_GROUPS, self.num_chains)
         self.chain_group = torch.arange(self.num_chains, device=device) % self.num_chain_groups
         self._dim = problem.dim_max
@@ -165,7 +232,7 @@ class _Sampler:
         self.proposed = torch.zeros(self.num_groups, dtype=self.dtype, device=self.device)
         self._set_jump_table(
             torch.zeros(self.num_jump_groups, dim, dtype=self.dtype, device=self.device),
-            torch.full((self.num_jump_groups, dim), float(self.s["aux_scale"]), dtype=self.dtype, device=self.device),
+            torch.full((self.num_jump_groups, dim), self.options.aux_scale, dtype=self.dtype, device=self.device),
         )
         self._refresh_proposal()
 
@@ -196,7 +263,7 @@ class _Sampler:
     def _adapt(self, state: ChainState) -> None:
         seen = self.proposed > 0
         rate = self.accepted / self.proposed.clamp_min(1)
-        self.log_scale = torch.where(seen, self.log_scale + (rate - self.s["target_accept"]), self.log_scale)
+        self.log_scale = torch.where(seen, self.log_scale + (rate - self.options.target_accept), self.log_scale)
         self.log_scale.clamp_(-12.0, 4.0)
         self.accepted.zero_()
         self.proposed.zero_()
@@ -207,7 +274,7 @@ class _Sampler:
         active = self.problem.mask(torch.arange(self.num_groups, device=self.device)) if self.per_model else None
         self.base_chol = safe_cholesky(cov, active)
         self._refresh_proposal()
-        if self.s["matching"] == "standardised":
+        if self.options.matching == "standardised":
             # Per-model means and variances of the current states; unvisited models take the pooled
             # values, and one pseudo-observation keeps visited models close to their own.
             jump_group = self._jump_group(state.model_index)
@@ -221,7 +288,7 @@ class _Sampler:
         """One between-model move and ``within_moves`` random-walk moves; acceptances go to the trace block."""
         state, jump_accept = between_model_move(self.problem, state, self._standardiser, self.generator)
         self.block_accepts[0].add_(jump_accept)
-        for _ in range(self.s["within_moves"]):
+        for _ in range(self.options.within_moves):
             group = self._group(state.model_index)
             chol = rows(self.proposal_chol, group) if self.per_model else self.proposal_chol[0]
             state, accept = random_walk_move(self.problem, state, chol, self.generator)
@@ -232,93 +299,153 @@ class _Sampler:
                 self.proposed.index_add_(0, group, torch.ones_like(accept_f))
         return state
 
-    def _close_trace_block(self, block: int, iterations: int) -> None:
-        """Store the mean acceptance rates of the last ``iterations`` iterations as trace point ``block``."""
-        moves = torch.tensor([iterations, iterations * self.s["within_moves"]], device=self.device)
-        self.trace[:, block] = self.block_accepts.sum(-1).to(self.dtype) / (moves * self.num_chains)
+    def _close_trace_block(self, iterations: int) -> None:
+        """Store the mean acceptance rates of the last ``iterations`` iterations as the next trace point."""
+        moves = torch.tensor([iterations, iterations * self.options.within_moves], device=self.device)
+        self.trace.append(self.block_accepts.sum(-1).to(self.dtype) / (moves * self.num_chains))
         self.block_accepts.zero_()
 
-    def run(self, budget: Budget) -> Result:
-        s, problem = self.s, self.problem
-        burn_in, iterations, thin = int(s["burn_in"]), int(s["num_iterations"]), int(s["thin"])
-        total = burn_in + iterations
-        with self.timer.phase("setup"):
-            state = init_state(problem, self.num_chains, s["aux_scale"], self.dtype, self.generator)
+    def _burn_in_over(self, iteration: int) -> bool:
+        """Whether burn-in ends at ``iteration``: the preset length, or its fraction of a time budget."""
+        burn_in = self.options.burn_in
+        if not self.context.budgeted or burn_in == 0:
+            return iteration >= burn_in
+        return self.context.milestone("burn_in_end", iteration, self.options.burn_in_fraction)
+
+    def _sampling_over(self, iteration: int, sampled: int) -> bool:
+        """Whether sampling ends after ``sampled`` iterations (``iteration`` in all): the preset length, or the budget.
+
+        A budgeted run stops only after whole thinning intervals, so that it has kept draws once it has sampled.
+        """
+        if not self.context.budgeted:
+            return sampled >= self.options.num_iterations
+        return sampled % self.options.thin == 0 and self.context.stop_due(iteration)
+
+    def _state_probs(self, state: ChainState) -> ModelProbs:
+        """Model frequencies of the chains' current states (the running estimate before any visit is counted)."""
+        return self._sparse_probs(state.model_index[None, :])
+
+    def _visit_probs(self, counts: Tensor | None, kept: _KeptDraws, state: ChainState) -> ModelProbs:
+        """Visit frequencies since burn-in: dense counts, else the kept models (the current states before any)."""
+        if counts is not None:
+            num_models = self.problem.num_models
+            return _probs_with_se(counts.view(self.num_chain_groups, -1), torch.arange(num_models, device=self.device))
+        if len(kept) == 0:
+            return self._state_probs(state)
+        return self._sparse_probs(kept.models())
+
+    def run(self) -> Result:
+        options, problem, context = self.options, self.problem, self.context
+        thin = options.thin
+        budgeted = context.budgeted
+        if context.replay is not None:  # counts without these would never end burn-in or sampling
+            needed = [STOP, *(["burn_in_end"] if options.burn_in > 0 else [])]
+            missing = [name for name in needed if name not in context.replay]
+            if missing:
+                raise ValueError(f"{options.name}: replayed counts have no {', '.join(map(repr, missing))}")
+        # The planned length; a budgeted run's length comes from the clock.
+        planned = None if budgeted else options.burn_in + options.num_iterations
+        with context.timer.phase("setup"):
+            state = init_state(problem, self.num_chains, options.aux_scale, self.dtype, self.generator)
             if not bool(torch.isfinite(state.log_joint).any()):
-                return self._failed(f"target log density is non-finite at all {self.num_chains} initial points")
+                return Result.failed(f"target log density is non-finite at all {self.num_chains} initial points")
             self._init_adaptation()
             # Acceptance counts per chain, summed over a block of TRACE_BLOCK iterations.
             self.block_accepts = torch.zeros(2, self.num_chains, dtype=torch.int64, device=self.device)
-            num_blocks = math.ceil(burn_in / TRACE_BLOCK) + math.ceil(iterations / TRACE_BLOCK)
-            self.trace = torch.zeros(2, num_blocks, dtype=self.dtype, device=self.device)
-            num_kept = iterations // thin
-            kept_models = torch.zeros(num_kept, self.num_chains, dtype=torch.int64, device=self.device)
-            kept_theta = torch.zeros(num_kept, self.num_chains, problem.dim_max, dtype=self.dtype, device=self.device)
+            self.trace: list[Tensor] = []
+            if budgeted:
+                row_values = self.num_chains * problem.dim_max
+                max_rows = max(2, MAX_KEPT_VALUES // row_values // 2 * 2)
+                kept = _KeptDraws(min(FIRST_KEPT_ROWS, max_rows), max_rows, thin, self.num_chains, problem.dim_max)
+            else:
+                kept = _KeptDraws(options.num_iterations // thin, None, thin, self.num_chains, problem.dim_max)
+            kept.allocate(self.dtype, self.device)
             dense = problem.num_models is not None and problem.num_models * self.num_chain_groups <= MAX_DENSE_COUNTS
+            counts = None
             if dense:
                 counts = torch.zeros(self.num_chain_groups * problem.num_models, dtype=self.dtype, device=self.device)
                 count_offset = self.chain_group * problem.num_models
                 ones = torch.ones(self.num_chains, dtype=self.dtype, device=self.device)
 
-        bar = tqdm(
-            total=total, desc=f"rjmcmc {problem.name}", leave=False, mininterval=1.0, disable=not s["progress"] or None
-        )
-        with self.timer.phase("train"):  # burn-in with adaptation
-            for t in range(burn_in):
+        quiet = not context.progress or None
+        bar = tqdm(total=planned, desc=f"rjmcmc {problem.name}", leave=False, mininterval=1.0, disable=quiet)
+        t = 0  # iterations over the whole run, burn-in included
+        with context.timer.phase("train"):  # burn-in with adaptation
+            while not self._burn_in_over(t):
                 state = self._iterate(state, adapting=True)
-                if (t + 1) % s["adapt_every"] == 0:
+                t += 1
+                if t % options.adapt_every == 0:
                     self._adapt(state)
-                if (t + 1) % TRACE_BLOCK == 0 or t + 1 == burn_in:
-                    self._close_trace_block(t // TRACE_BLOCK, t % TRACE_BLOCK + 1)
-                    bar.update(t % TRACE_BLOCK + 1)
-        with self.timer.phase("sample"):
-            loop_start = time.perf_counter()
-            first_block = math.ceil(burn_in / TRACE_BLOCK)
-            for t in range(iterations):
+                if t % TRACE_BLOCK == 0:
+                    self._close_trace_block(TRACE_BLOCK)
+                    bar.update(TRACE_BLOCK)
+                context.maybe_snapshot(t, partial(self._state_probs, state), planned)
+            burn_in = t
+            if burn_in % TRACE_BLOCK:
+                self._close_trace_block(burn_in % TRACE_BLOCK)
+                bar.update(burn_in % TRACE_BLOCK)
+        with context.timer.phase("sample"):
+            loop_start = context.clock.elapsed()
+            first_block = len(self.trace)
+            iterations = 0  # after burn-in
+            while not self._sampling_over(t, iterations):
                 state = self._iterate(state, adapting=False)
-                if dense:
+                t += 1
+                iterations += 1
+                if counts is not None:
                     counts.index_add_(0, count_offset + state.model_index, ones)
-                if (t + 1) % thin == 0:
-                    kept_models[(t + 1) // thin - 1] = state.model_index
-                    kept_theta[(t + 1) // thin - 1] = state.theta
-                if (t + 1) % TRACE_BLOCK == 0 or t + 1 == iterations:
-                    self._close_trace_block(first_block + t // TRACE_BLOCK, t % TRACE_BLOCK + 1)
-                    bar.update(t % TRACE_BLOCK + 1)
-            loop_seconds = time.perf_counter() - loop_start
-            bar.close()
-            if dense:
-                model_probs = _probs_with_se(
-                    counts.view(self.num_chain_groups, -1), torch.arange(problem.num_models, device=self.device)
+                if iterations % kept.thin == 0:
+                    kept.keep(state)
+                if iterations % TRACE_BLOCK == 0:
+                    self._close_trace_block(TRACE_BLOCK)
+                    bar.update(TRACE_BLOCK)
+                context.maybe_snapshot(t, partial(self._visit_probs, counts, kept, state), planned)
+            if iterations == 0:
+                bar.close()
+                raise BudgetTooSmall(
+                    f"the budget was spent in burn-in ({burn_in} iterations), before any iteration after it"
                 )
-            else:
-                model_probs = self._sparse_probs(kept_models)
-            kept = Draws(kept_models.flatten(), kept_theta.flatten(0, 1))
+            if iterations % TRACE_BLOCK:
+                self._close_trace_block(iterations % TRACE_BLOCK)
+                bar.update(iterations % TRACE_BLOCK)
+            loop_seconds = context.clock.elapsed() - loop_start
+            bar.close()
+            model_probs = self._visit_probs(counts, kept, state)
+            thin_effective = kept.thin
+            kept = Draws(kept.models().flatten(), kept.theta().flatten(0, 1))
             kept = Draws(
                 kept.model_index, torch.where(problem.mask(kept.model_index), kept.theta, torch.zeros_like(kept.theta))
             )
             log_density = fit_gaussian_per_model(problem, kept, model_probs)
+        context.snapshot(t, lambda: model_probs)
 
-        pick = torch.linspace(0, len(kept) - 1, min(budget.num_draws, len(kept)), device=self.device).long()
+        pick = torch.linspace(0, len(kept) - 1, min(context.num_draws, len(kept)), device=self.device).long()
         chain_steps = iterations * self.num_chains
-        sampled = self.trace[:, first_block:]
+        trace = torch.stack(self.trace, dim=1)
+        sampled = trace[:, first_block:]
         weights = torch.full((sampled.shape[1],), float(TRACE_BLOCK), dtype=self.dtype, device=self.device)
         weights[-1] = iterations - TRACE_BLOCK * (sampled.shape[1] - 1)
         diagnostics = {
             "accept_between": float(sampled[0] @ weights / iterations),
             "accept_within": float(sampled[1] @ weights / iterations),
             "trace_block_iterations": TRACE_BLOCK,
-            "trace_accept_between": self.trace[0].tolist(),
-            "trace_accept_within": self.trace[1].tolist(),
+            "trace_accept_between": trace[0].tolist(),
+            "trace_accept_within": trace[1].tolist(),
             "num_kept_draws": len(kept),
             "adapted_per_model": self.per_model,
             "chain_steps_per_s": chain_steps / loop_seconds if loop_seconds > 0 else math.nan,
-            "chain_moves_per_s": chain_steps * (1 + s["within_moves"]) / loop_seconds if loop_seconds > 0 else math.nan,
+            "chain_moves_per_s": (
+                chain_steps * (1 + options.within_moves) / loop_seconds if loop_seconds > 0 else math.nan
+            ),
             "density": "visit frequency x Gaussian fitted per model",
             "density_ridged_models": log_density.num_ridged,
+            "burn_in_iterations": burn_in,
+            "sampling_iterations": iterations,
+            "thin_effective": thin_effective,
         }
         if diagnostics["accept_between"] == 0 and diagnostics["accept_within"] == 0:
             # Every kept draw is a chain's burn-in end point: nothing says they are from the target.
-            return self._failed(
+            return Result.failed(
                 f"no proposal accepted in the {iterations} iterations after burn-in "
                 f"(neither between- nor within-model, {self.num_chains} chains)",
                 diagnostics=diagnostics,
@@ -328,19 +455,6 @@ class _Sampler:
             draws=Draws(kept.model_index[pick], kept.theta[pick]),
             log_density=log_density,
             diagnostics=diagnostics,
-            timings=dict(self.timer.timings),
-            device=str(self.device),
-            dtype=str(self.dtype).removeprefix("torch."),
-        )
-
-    def _failed(self, reason: str, **kwargs: Any) -> Result:
-        """A failed result with this run's timings, device and dtype."""
-        return Result.failed(
-            reason,
-            timings=dict(self.timer.timings),
-            device=str(self.device),
-            dtype=str(self.dtype).removeprefix("torch."),
-            **kwargs,
         )
 
     def _sparse_probs(self, kept_models: Tensor) -> ModelProbs:
@@ -360,7 +474,7 @@ def _probs_with_se(group_counts: Tensor, index: Tensor) -> ModelProbs:
 
 
 @register_method("rjmcmc-naive")
-@dataclass
+@dataclass(frozen=True)
 class RJMCMCNaive(RJMCMCBaseline):
     """Textbook RJMCMC: shared coordinates kept as they are, new ones drawn from N(0, aux_scale^2).
 

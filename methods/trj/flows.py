@@ -56,6 +56,11 @@ DERIVATIVE_AT_IDENTITY = math.log(math.expm1(1.0 - MIN_BIN))
 #: doubling, learning-rate factor 0.995 for the first 200 steps, up to 3000 iterations with early stopping.
 FACTOR_ANALYSIS_FIT = {"iterations": 3000, "batch_size": 32, "double_batch_every": None, "lr_factor_early": 0.995}
 
+#: ``stop(part, parts)`` is called after each training step of the ``part``-th of ``parts`` flows being fitted
+#: (0-based; the conditional flow is part 0 of 1) and ends that flow's training when it returns True (the
+#: ``trj``/``ctrj`` methods use it to count steps and to end fitting at a time budget's milestones).
+StopFn = Callable[[int, int], bool]
+
 
 # --------------------------------------------------------------------------- shared helpers
 def _log_sigmoid_derivative(x: Tensor) -> Tensor:
@@ -265,10 +270,12 @@ def _maximise_likelihood(
     sample_rows: Callable[[int], Tensor],
     settings: FitSettings,
     progress: bool = False,
+    stop: Callable[[], bool] | None = None,
 ) -> int:
     """Adam on ``batch_nll(rows)`` with the TRJ schedule and early stopping; leaves the best state in ``module``.
 
-    Returns the number of iterations run.
+    ``stop()``, called after each step, ends the training early when it returns True. Returns the number of
+    iterations run.
     """
     params = [p for p in module.parameters() if p.requires_grad]
     try:  # the fused kernel saves about a quarter of a small-batch iteration on CPU
@@ -310,6 +317,8 @@ def _maximise_likelihood(
         if bar is not None:
             bar.update(1)
             bar.set_postfix(nll=float(loss))
+        if stop is not None and stop():
+            break
     if bar is not None:
         bar.close()
     if validation_nll is not None:
@@ -395,7 +404,13 @@ def _affine_block(x: Tensor) -> _AffineBlock:
 
 
 def _fit_flow_block(
-    x: Tensor, settings: FitSettings, generator: torch.Generator, max_hidden: int, progress: bool, num_layers: int
+    x: Tensor,
+    settings: FitSettings,
+    generator: torch.Generator,
+    max_hidden: int,
+    progress: bool,
+    num_layers: int,
+    stop: Callable[[], bool] | None = None,
 ) -> tuple[_FlowBlock, int, Tensor, Tensor, float, float]:
     """Maximum likelihood fit of one model's flow.
 
@@ -422,7 +437,7 @@ def _fit_flow_block(
         return train[torch.randint(0, train.numel(), (n,), generator=generator).to(x.device)]
 
     iterations = _maximise_likelihood(
-        block, nll, (lambda: nll(val)) if val.numel() else None, sample_rows, settings, progress
+        block, nll, (lambda: nll(val)) if val.numel() else None, sample_rows, settings, progress, stop
     )
     _freeze(block)
     with torch.no_grad():
@@ -469,12 +484,14 @@ class SplineTransport:
         num_layers: int = NUM_LAYERS,
         generator: torch.Generator | None = None,
         progress: bool = False,
+        stop: StopFn | None = None,
     ) -> SplineTransport:
         """Fit each model's flow by maximum likelihood on its draws (one optimisation per model).
 
         ``min_draws`` defaults to max(50, 10 n_k) per model; below it a model gets
         the affine transport, and below n_k + 2 draws the affine transport of
         moments shrunk towards the pooled ones (``AffineTransport.fit(shrink=True)``).
+        ``stop`` (see :data:`StopFn`) sees the flow-fitted models as parts 0 to n - 1, in model order.
         """
         num_models = problem.model_space.num_models
         if num_models is None:
@@ -491,10 +508,12 @@ class SplineTransport:
         shrunk = AffineTransport.fit(problem, model_index, theta, shrink=True)
         blocks: list[nn.Module] = []
         records: list[FitRecord] = []
+        needs = [max(50, 10 * dims[k]) if min_draws is None else min_draws for k in range(num_models)]
+        flow_models = [k for k in range(num_models) if dims[k] > 0 and draws[k] >= max(dims[k] + 2, needs[k])]
         for k in range(num_models):
             start, cpu_start = time.perf_counter(), time.process_time()
             x = theta[model_index == k][:, masks[k]]
-            need = max(50, 10 * dims[k]) if min_draws is None else min_draws
+            need = needs[k]
             if draws[k] < dims[k] + 2 or dims[k] == 0:
                 chol = shrunk.chol[k][masks[k]][:, masks[k]]
                 block = _AffineBlock(shrunk.mean[k][masks[k]], chol).to(dtype=x.dtype, device=x.device)
@@ -504,8 +523,15 @@ class SplineTransport:
                 nll = _affine_nll(block, x)
                 record = FitRecord(k, "affine", x.shape[0], 0, 0, nll, math.nan, 0.0)
             else:
+                part = flow_models.index(k)
                 block, its, train, val, train_nll, val_nll = _fit_flow_block(
-                    x, settings, generator, max_hidden, progress, num_layers
+                    x,
+                    settings,
+                    generator,
+                    max_hidden,
+                    progress,
+                    num_layers,
+                    None if stop is None else lambda part=part: stop(part, len(flow_models)),
                 )
                 record = FitRecord(k, "flow", train.numel(), val.numel(), its, train_nll, val_nll, 0.0)
             record.seconds, record.cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
@@ -610,8 +636,12 @@ class ConditionalSplineTransport:
         num_layers: int = NUM_LAYERS,
         generator: torch.Generator | None = None,
         progress: bool = False,
+        stop: StopFn | None = None,
     ) -> ConditionalSplineTransport:
-        """Maximum likelihood on saturated draws with fresh N(0, 1) auxiliaries and equal total weight per model."""
+        """Maximum likelihood on saturated draws with fresh N(0, 1) auxiliaries and equal total weight per model.
+
+        ``stop`` (see :data:`StopFn`) sees the one flow as part 0 of 1.
+        """
         start, cpu_start = time.perf_counter(), time.process_time()
         generator = generator if generator is not None else torch.Generator().manual_seed(0)
         settings = FitSettings(
@@ -652,6 +682,7 @@ class ConditionalSplineTransport:
             sample_rows,
             settings,
             progress,
+            None if stop is None else lambda: stop(0, 1),
         )
         _freeze(flow)
         with torch.no_grad():

@@ -6,6 +6,15 @@ their chains at training draws, run the batched sampler of :mod:`methods.trj.sam
 model probabilities with the Bartolucci bridge estimator from every across-model proposal after burn-in
 (visit frequencies with ``estimator="visits"``). Their density for cross-entropy is
 log q(m) + log q_m(theta_m), q_m the density the transport pulls back from N(0, I).
+
+The run's work count (its ``iteration`` in the run context) is the flow training steps, then the sampler's
+iterations (burn-in included). Snapshots are the running bridge estimate (the ``estimator`` on the statistics so
+far); there is none before the first iteration after burn-in. With a time budget, training the spline flows ends
+at ``FIT_FRACTION`` of the budget (milestone ``transports_fitted``; trj's per-model flows, trained one after the
+other, each end at an equal share of it, so time one flow leaves unused by stopping early goes to the next),
+burn-in takes the preset's share of what is left (:func:`methods.trj.sampler.run_chains`) and sampling runs
+until the budget is spent. Transports fitted in one step (affine, exact, standard, Lopes & West) take what they
+take.
 """
 
 from __future__ import annotations
@@ -14,25 +23,44 @@ import dataclasses
 import math
 from abc import abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import Tensor
 
 from methods.rjmcmc.kernels import ChainState
 from methods.trj.kernels import saturated_jump, transport_jump
-from methods.trj.sampler import JUMP_CHOICES, ChainRun, JumpChooser, random_walk_factors, run_chains
+from methods.trj.sampler import (
+    JUMP_CHOICES,
+    ChainRun,
+    JumpChooser,
+    bridge_model_probs,
+    random_walk_factors,
+    run_chains,
+)
 from methods.trj.transports import AffineTransport, transport_log_prob
-from suite.harness import PhaseTimer
-from suite.method import Budget, Method, Result
+from suite.method import Method, Result
 from suite.problem import ExactTransport, Problem
 from suite.registry import register_method
 from suite.types import Draws, ModelProbs
+
+if TYPE_CHECKING:
+    from suite.context import RunContext
 
 TRANSPORTS = ("rq", "affine", "exact", "standard", "lopes-west")
 ESTIMATORS = ("bbe", "visits")
 #: Auxiliary draws per point for the CTRJ density (the marginal of its saturated flow, by importance sampling).
 CTRJ_DENSITY_AUX_DRAWS = 32
+#: Budgeted runs: training the spline flows ends at this fraction of the time budget (milestone ``FITTED``).
+FIT_FRACTION = 0.4
+FITTED = "transports_fitted"
+#: Budgeted runs: a flow trains until its share of the budget is spent, its validation loss stops improving (the
+#: early stopping of runs without a budget) or for max(flow_iterations, this) steps. The cap bounds memory (the
+#: batch doubles every 250 steps: 16,384 rows at 2,000), and by then the learning rate has decayed to ~1e-6.
+BUDGETED_FLOW_ITERATIONS = 2000
+#: Budgeted runs keep at most max(num_iterations // thin, this x num_draws / num_chains) thinned iterations of
+#: the chains' states (thinned further as the run goes on), from which the returned draws are spread.
+KEPT_DRAWS_FACTOR = 2
 
 _SHARED_PROFILES: dict[str, dict[str, Any]] = {
     "smoke": {
@@ -73,7 +101,25 @@ _SHARED_PROFILES: dict[str, dict[str, Any]] = {
 }
 
 
-@dataclass
+class _FitSteps:
+    """The flow training steps (the run's first iterations): ``stop`` for the flows' ``fit``.
+
+    In a budgeted run flow ``part`` of ``parts`` trained one after the other stops at the milestone at
+    ``FIT_FRACTION * (part + 1) / parts`` of the budget, the last one at ``FITTED``.
+    """
+
+    def __init__(self, context: RunContext) -> None:
+        self.context, self.steps = context, 0
+
+    def __call__(self, part: int, parts: int) -> bool:
+        self.steps += 1
+        if not self.context.budgeted:
+            return False
+        name = FITTED if part == parts - 1 else f"transport_{part + 1}_of_{parts}_fitted"
+        return self.context.milestone(name, self.steps, FIT_FRACTION * (part + 1) / parts)
+
+
+@dataclass(frozen=True)
 class _TransportRJ(Method):
     """Options shared by ``trj`` and ``ctrj``."""
 
@@ -92,15 +138,12 @@ class _TransportRJ(Method):
     estimator: str = "bbe"
     #: Largest model space the method accepts (it fits and tables something per model).
     max_models: int = 256
-    dtype: str = "float64"
-    progress: bool = True
 
     profiles: ClassVar[dict[str, dict[str, Any]]] = _SHARED_PROFILES
     default_seeds: ClassVar[dict[str, int]] = {"quick": 1}
 
-    def settings(self, problem: Problem, budget: Budget) -> dict[str, Any]:
-        """Profile presets under the constructor's values, checked for sense."""
-        s = super().settings(problem, budget)
+    def finalise(self, problem: Problem) -> Method:
+        """Check the resolved options for sense."""
         for key in (
             "num_chains",
             "num_iterations",
@@ -111,16 +154,23 @@ class _TransportRJ(Method):
             "flow_hidden",
             "flow_layers",
         ):
-            if int(s[key]) <= 0:
-                raise ValueError(f"{self.name}: {key} must be positive, got {s[key]}")
-        if int(s["burn_in"]) < 0 or int(s["flow_iterations"]) < 0:
+            value = getattr(self, key)
+            if value is None or value <= 0:
+                raise ValueError(f"{self.name}: {key} must be positive, got {value}")
+        if self.burn_in is None or self.flow_iterations is None or self.burn_in < 0 or self.flow_iterations < 0:
             raise ValueError(f"{self.name}: burn_in and flow_iterations must be >= 0")
-        if int(s["num_iterations"]) < int(s["thin"]):
+        if self.num_iterations < self.thin:
             raise ValueError(f"{self.name}: num_iterations must be at least thin")
         for key, valid in (("jumps", JUMP_CHOICES), ("estimator", ESTIMATORS)):
-            if s[key] not in valid:
-                raise ValueError(f"{self.name}: unknown {key} {s[key]!r}; valid: {', '.join(valid)}")
-        return s
+            if getattr(self, key) not in valid:
+                raise ValueError(f"{self.name}: unknown {key} {getattr(self, key)!r}; valid: {', '.join(valid)}")
+        return self
+
+    def fit_iterations(self, context: RunContext) -> int:
+        """Training steps per flow: ``flow_iterations``, or in a budgeted run the cap its budget share works under."""
+        if context.budgeted and self.flow_iterations > 0:
+            return max(self.flow_iterations, BUDGETED_FLOW_ITERATIONS)
+        return self.flow_iterations
 
     def supports(self, problem: Problem) -> str | None:
         """Enumerable spaces of at most ``max_models`` models whose problem provides posterior draws."""
@@ -137,8 +187,10 @@ class _TransportRJ(Method):
 
     # ------------------------------------------------------------------ steps
     @abstractmethod
-    def _fit(self, problem: Problem, train: Draws, s: dict[str, Any], generator: torch.Generator) -> tuple[Any, dict]:
-        """The transport and its fit diagnostics."""
+    def _fit(
+        self, problem: Problem, train: Draws, generator: torch.Generator, context: RunContext, steps: _FitSteps
+    ) -> tuple[Any, dict]:
+        """The transport and its fit diagnostics (flows count their training steps in ``steps``)."""
 
     @abstractmethod
     def _jump(self, problem: Problem, transport: Any) -> Any:
@@ -150,77 +202,104 @@ class _TransportRJ(Method):
 
     refresh_auxiliaries: ClassVar[bool] = False
 
-    def run(self, problem: Problem, budget: Budget, seed: int, device: torch.device) -> Result:
+    def _fit_flow(
+        self,
+        flow_class: Any,
+        problem: Problem,
+        train: Draws,
+        generator: torch.Generator,
+        context: RunContext,
+        steps: _FitSteps,
+    ) -> Any:
+        """Fit a spline transport (per model or conditional) to the training draws with the run's flow settings."""
+        return flow_class.fit(
+            problem,
+            train.model_index,
+            train.theta,
+            iterations=self.fit_iterations(context),
+            max_hidden=self.flow_hidden,
+            num_layers=self.flow_layers,
+            generator=generator,
+            progress=context.progress,
+            stop=steps,
+        )
+
+    def run(self, problem: Problem, context: RunContext) -> Result:
         """Learn transports from training draws, run the chains, estimate q(m)."""
-        s = self.settings(problem, budget)
-        dtype = self.torch_dtype
-        timer = PhaseTimer(device)
-        generator = torch.Generator(device=device).manual_seed(seed)
-        cpu_generator = torch.Generator().manual_seed(seed)
+        dtype, device = context.dtype, context.device
+        timer = context.timer
+        generator = torch.Generator(device=device).manual_seed(context.seed)
+        cpu_generator = torch.Generator().manual_seed(context.seed)
         k = int(problem.num_models)
         with timer.phase("setup"):
-            train = problem.training_draws(int(s["num_training_draws"]), cpu_generator)
+            train = problem.training_draws(self.num_training_draws, cpu_generator)
             if train is None:
-                return Result.failed("the problem provides no training draws", device=str(device), dtype=self.dtype)
+                return Result.failed("the problem provides no training draws")
             train = Draws(train.model_index.to(device), train.theta.to(device, dtype))
             counts = torch.bincount(train.model_index, minlength=k)
+        steps = _FitSteps(context)
         with timer.phase("train"):
-            transport, fit_info = self._fit(problem, train, s, generator)
+            transport, fit_info = self._fit(problem, train, generator, context, steps)
             rw_chol = random_walk_factors(problem, (train.model_index, train.theta), dtype)
         with timer.phase("sample"), torch.no_grad():
-            start = torch.randint(len(train), (int(s["num_chains"]),), generator=cpu_generator).to(device)
+            start = torch.randint(len(train), (self.num_chains,), generator=cpu_generator).to(device)
             m0, theta0 = train.model_index[start], train.theta[start]
             state = ChainState(m0, theta0, problem.log_joint(m0, theta0))
             if not bool(torch.isfinite(state.log_joint).any()):
-                return Result.failed(
-                    f"target log density is non-finite at all {len(m0)} initial points",
-                    timings=dict(timer.timings),
-                    device=str(device),
-                    dtype=self.dtype,
-                )
+                return Result.failed(f"target log density is non-finite at all {len(m0)} initial points")
             estimate = (counts.to(torch.float64) + 1.0) / (counts.sum() + k)
-            chooser = JumpChooser(problem, s["jumps"], estimate)
+            chooser = JumpChooser(problem, self.jumps, estimate)
             chains = run_chains(
                 problem,
                 state,
                 self._jump(problem, transport),
                 chooser,
                 rw_chol,
-                burn_in=int(s["burn_in"]),
-                iterations=int(s["num_iterations"]),
-                thin=int(s["thin"]),
-                within_moves=int(s["within_moves"]),
+                burn_in=self.burn_in,
+                iterations=self.num_iterations,
+                thin=self.thin,
+                within_moves=self.within_moves,
                 generator=generator,
-                progress=bool(s["progress"]),
+                progress=context.progress,
                 refresh_auxiliaries=self.refresh_auxiliaries,
+                context=context,
+                first_iteration=steps.steps,
+                estimator=self.estimator,
+                kept_capacity=max(
+                    self.num_iterations // self.thin, math.ceil(KEPT_DRAWS_FACTOR * context.num_draws / self.num_chains)
+                ),
             )
             if chains.accept_between == 0 and chains.accept_within == 0:
                 # The kept draws are the chains' burn-in end points (at the start: training draws), which would
                 # score well without saying anything about this run.
                 return Result.failed(
-                    f"no proposal accepted in the {int(s['num_iterations'])} iterations after burn-in "
-                    f"(neither between- nor within-model, {chains.num_chains} chains)",
-                    timings=dict(timer.timings),
-                    device=str(device),
-                    dtype=self.dtype,
+                    f"no proposal accepted in the {chains.sampled} iterations after burn-in "
+                    f"(neither between- nor within-model, {chains.num_chains} chains)"
                 )
-            model_probs, unreached = self._model_probs(chains, s["estimator"])
+            model_probs, unreached = self._model_probs(chains, self.estimator)
             log_q_m = model_probs.dense(k).clamp_min(0).log().to(device, dtype)
             log_density = self._log_density(problem, transport, log_q_m)
+        context.snapshot(steps.steps + chains.iterations, lambda: model_probs)
+        if context.budgeted and chains.running["iteration"][-1:] != [chains.sampled]:  # end the running estimate
+            chains.running["iteration"].append(chains.sampled)
+            chains.running["prob"].append(model_probs.dense(k).tolist() if k <= 64 else None)
         kept_m, kept_theta = chains.kept
         kept_theta = torch.where(problem.mask(kept_m), kept_theta, torch.zeros_like(kept_theta))
-        pick = torch.linspace(0, len(kept_m) - 1, min(budget.num_draws, len(kept_m)), device=device).long()
+        pick = torch.linspace(0, len(kept_m) - 1, min(context.num_draws, len(kept_m)), device=device).long()
         visits = chains.visits / chains.visits.sum()
         diagnostics = {
             "accept_between": chains.accept_between,
             "accept_within": chains.accept_within,
             "between_proposals_per_s": chains.proposals_per_s,
-            "estimator": s["estimator"],
+            "estimator": self.estimator,
             # Models outside the bridge graph: those visited get their visit frequency, the others probability 0.
             "models_without_bridge_estimate": unreached,
             "visit_frequencies": visits.tolist() if k <= 64 else None,
             "training_draws_per_model": counts.tolist() if k <= 64 else None,
             "running_estimate": chains.running,
+            "flow_training_steps": steps.steps,
+            "burn_in_iterations": chains.iterations - chains.sampled,
+            "sampling_iterations": chains.sampled,
             **fit_info,
         }
         return Result(
@@ -228,30 +307,15 @@ class _TransportRJ(Method):
             draws=Draws(kept_m[pick].cpu(), kept_theta[pick].cpu()),
             log_density=log_density,
             diagnostics=diagnostics,
-            timings=dict(timer.timings),
-            device=str(device),
-            dtype=self.dtype,
         )
 
     @staticmethod
     def _model_probs(chains: ChainRun, estimator: str) -> tuple[ModelProbs, list[int]]:
-        if estimator == "visits":
-            return ModelProbs.from_dense(chains.visits / chains.visits.sum()), []
-        probs, se, reached = chains.stats.estimate()
-        # Models the chains visited but no proposed pair links to the rest (their acceptances all underflow, or a
-        # chain started there and never left): their visit frequency, the rest of the bridge estimate scaled down,
-        # so the method's density is positive wherever its own draws are. The record lists these models.
-        visits = chains.visits / chains.visits.sum()
-        fallback = ~reached & (visits > 0)
-        if bool(fallback.any()):
-            num_chains = float(chains.num_chains)
-            probs = torch.where(fallback, visits, probs * (1 - visits[fallback].sum()))
-            se = torch.where(fallback, (visits * (1 - visits) / num_chains).sqrt(), se * (1 - visits[fallback].sum()))
-        return ModelProbs.from_dense(probs, se), (~reached).nonzero().flatten().tolist()
+        return bridge_model_probs(chains.stats, chains.visits, chains.num_chains, estimator)
 
 
 @register_method("trj")
-@dataclass
+@dataclass(frozen=True)
 class TRJ(_TransportRJ):
     """Transport reversible jump (TRJ paper, Algorithm 1): a transport per model, fitted to posterior draws.
 
@@ -276,14 +340,14 @@ class TRJ(_TransportRJ):
         "paper": {**_SHARED_PROFILES["paper"], "transport": "rq"},
     }
 
-    def settings(self, problem: Problem, budget: Budget) -> dict[str, Any]:
+    def finalise(self, problem: Problem) -> Method:
         """Checks the transport too."""
-        s = super().settings(problem, budget)
-        if s["transport"] not in TRANSPORTS:
-            raise ValueError(f"{self.name}: unknown transport {s['transport']!r}; valid: {', '.join(TRANSPORTS)}")
-        if s["aux_scale"] <= 0:
+        super().finalise(problem)
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"{self.name}: unknown transport {self.transport!r}; valid: {', '.join(TRANSPORTS)}")
+        if self.aux_scale <= 0:
             raise ValueError(f"{self.name}: aux_scale must be positive")
-        return s
+        return self
 
     def supports(self, problem: Problem) -> str | None:
         """As the shared rule; ``exact`` needs a problem with exact transports, ``lopes-west`` a factor model."""
@@ -297,8 +361,10 @@ class TRJ(_TransportRJ):
                 return f"transport='lopes-west': {reason}"
         return super().supports(problem)
 
-    def _fit(self, problem: Problem, train: Draws, s: dict[str, Any], generator: torch.Generator) -> tuple[Any, dict]:
-        kind = s["transport"]
+    def _fit(
+        self, problem: Problem, train: Draws, generator: torch.Generator, context: RunContext, steps: _FitSteps
+    ) -> tuple[Any, dict]:
+        kind = self.transport
         if kind == "exact":
             if not isinstance(problem, ExactTransport):
                 raise ValueError(f"{problem.name} has no exact transports")
@@ -310,12 +376,12 @@ class TRJ(_TransportRJ):
         if kind == "standard":
             from methods.trj.proposals import ScaledIdentityTransport
 
-            scale = float(s["aux_scale"])
+            scale = float(self.aux_scale)
             return ScaledIdentityTransport(problem, scale), {"transport": f"standard (scale {scale})"}
-        if kind == "rq" and int(problem.num_models) <= int(s["max_flow_models"]) and int(s["flow_iterations"]) > 0:
+        if kind == "rq" and int(problem.num_models) <= self.max_flow_models and self.flow_iterations > 0:
             from methods.trj.flows import SplineTransport
 
-            transport = _fit_flow(SplineTransport, problem, train, s, generator)
+            transport = self._fit_flow(SplineTransport, problem, train, generator, context, steps)
             return transport, {"transport": "rq", "flow_fit": [dataclasses.asdict(r) for r in transport.records]}
         note = "affine" if kind == "affine" else f"affine (rq asked for; {problem.num_models} models > max_flow_models)"
         return AffineTransport.fit(problem, train.model_index, train.theta, shrink=True), {"transport": note}
@@ -337,7 +403,7 @@ class TRJ(_TransportRJ):
 
 
 @register_method("ctrj")
-@dataclass
+@dataclass(frozen=True)
 class CTRJ(_TransportRJ):
     """Conditional transport reversible jump (TRJ paper, Algorithm 2): one conditional RQ flow over the
     saturated space, its inactive coordinates auxiliary N(0, 1) variables (refreshed by a Gibbs step before
@@ -347,10 +413,12 @@ class CTRJ(_TransportRJ):
 
     refresh_auxiliaries: ClassVar[bool] = True
 
-    def _fit(self, problem: Problem, train: Draws, s: dict[str, Any], generator: torch.Generator) -> tuple[Any, dict]:
+    def _fit(
+        self, problem: Problem, train: Draws, generator: torch.Generator, context: RunContext, steps: _FitSteps
+    ) -> tuple[Any, dict]:
         from methods.trj.flows import ConditionalSplineTransport
 
-        transport = _fit_flow(ConditionalSplineTransport, problem, train, s, generator)
+        transport = self._fit_flow(ConditionalSplineTransport, problem, train, generator, context, steps)
         fit = None if transport.record is None else dataclasses.asdict(transport.record)
         return transport, {"transport": "conditional rq", "flow_fit": fit}
 
@@ -372,17 +440,3 @@ class CTRJ(_TransportRJ):
             return log_q_m[model_index] + torch.logsumexp(log_w, 0) - math.log(CTRJ_DENSITY_AUX_DRAWS)
 
         return log_density
-
-
-def _fit_flow(flow_class: Any, problem: Problem, train: Draws, s: dict[str, Any], generator: torch.Generator) -> Any:
-    """Fit a spline transport (per model or conditional) to the training draws with the run's flow settings."""
-    return flow_class.fit(
-        problem,
-        train.model_index,
-        train.theta,
-        iterations=int(s["flow_iterations"]),
-        max_hidden=int(s["flow_hidden"]),
-        num_layers=int(s["flow_layers"]),
-        generator=generator,
-        progress=bool(s["progress"]),
-    )

@@ -8,6 +8,11 @@ across-model proposal's acceptance probability is accumulated per ordered pair
 of models and per group of chains, so the Bartolucci bridge estimate of the
 model probabilities (:mod:`methods.trj.bbe`) and its jackknife standard error
 over chain groups come out of the run.
+
+The sampler reports to the run context (:mod:`suite.context`): its snapshots are the running bridge estimate
+(:func:`bridge_model_probs` on the statistics so far, without the jackknife), and in a budgeted run burn-in lasts
+until the ``burn_in`` milestone and sampling until the budget is spent (the kept draws then live in a bounded
+buffer that drops every second row and doubles the thinning when full).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -25,8 +31,13 @@ from methods.common.moments import grouped_moments, safe_cholesky, shrunk_covari
 from methods.rjmcmc.kernels import ChainState, random_walk_move
 from methods.trj.bbe import PairStatistics
 from methods.trj.kernels import JumpRecord
+from suite.context import BudgetTooSmall
 from suite.problem import Problem
 from suite.tensor_ops import rows
+from suite.types import ModelProbs
+
+if TYPE_CHECKING:
+    from suite.context import RunContext
 
 #: (state, proposed models, log jump ratios, generator) -> (new state, accept flags, proposal record).
 JumpFn = Callable[[ChainState, Tensor, Tensor, torch.Generator], tuple[ChainState, Tensor, JumpRecord]]
@@ -36,8 +47,11 @@ JUMP_CHOICES = ("auto", "uniform", "estimate", "neighbour")
 AUTO_UNIFORM_MAX_MODELS = 16
 #: Chains are split into this many groups for jackknife standard errors of the bridge estimate.
 NUM_CHAIN_GROUPS = 32
-#: Points of the running estimate (TRJ Figs. 3-4) stored per run.
+#: Points of the running estimate (TRJ Figs. 3-4) stored per run (runs without a time budget; budgeted runs store
+#: the estimate at each of their snapshots instead).
 RUNNING_POINTS = 25
+#: Milestone that ends burn-in in a budgeted run (see :func:`run_chains`).
+BURN_IN = "burn_in"
 
 
 class JumpChooser:
@@ -143,6 +157,70 @@ class ChainRun:
     accept_within: float
     proposals_per_s: float
     running: dict[str, list]
+    iterations: int = 0  # sampler iterations run, burn-in included
+    sampled: int = 0  # of which after burn-in
+
+
+def bridge_model_probs(
+    stats: GroupedPairStatistics, visits: Tensor, num_chains: int, estimator: str, jackknife: bool = True
+) -> tuple[ModelProbs, list[int]]:
+    """The model probabilities of a run's statistics and visit counts, and the models outside the bridge graph.
+
+    ``estimator="visits"``: visit frequencies. ``"bbe"``: the bridge estimate (with jackknife standard errors
+    over chain groups unless ``jackknife=False``; the probabilities are the same either way).
+    """
+    if estimator == "visits":
+        return ModelProbs.from_dense(visits / visits.sum()), []
+    probs, se, reached = stats.estimate(jackknife)
+    # Models the chains visited but no proposed pair links to the rest (their acceptances all underflow, or a
+    # chain started there and never left): their visit frequency, the rest of the bridge estimate scaled down,
+    # so the method's density is positive wherever its own draws are. The record lists these models.
+    frequencies = visits / visits.sum()
+    fallback = ~reached & (frequencies > 0)
+    if bool(fallback.any()):
+        scale = 1 - frequencies[fallback].sum()
+        probs = torch.where(fallback, frequencies, probs * scale)
+        if se is not None:
+            se = torch.where(fallback, (frequencies * (1 - frequencies) / float(num_chains)).sqrt(), se * scale)
+    return ModelProbs.from_dense(probs, se), (~reached).nonzero().flatten().tolist()
+
+
+class KeptDraws:
+    """The chains' states every ``thin`` iterations after burn-in, in ``capacity`` rows of ``[C]`` / ``[C, D]``.
+
+    A run of known length gets the rows it needs. In a run of unknown length (a time budget) a full buffer keeps
+    every second row and doubles the thinning, so its rows stay evenly spaced over the whole run.
+    """
+
+    def __init__(self, capacity: int, thin: int, like: ChainState) -> None:
+        self.thin, self.rows = thin, 0
+        self.model_index = torch.zeros(capacity, *like.model_index.shape, dtype=torch.int64, device=like.theta.device)
+        self.theta = torch.zeros(capacity, *like.theta.shape, dtype=like.theta.dtype, device=like.theta.device)
+
+    def offer(self, sampled: int, state: ChainState) -> None:
+        """Keep ``state``, reached after ``sampled`` iterations after burn-in, if the thinning says so."""
+        if sampled % self.thin:
+            return
+        if self.rows == self.model_index.shape[0]:  # full: keep rows 1, 3, 5, ... (iterations 2 thin, 4 thin, ...)
+            half = self.rows // 2
+            self.model_index[:half] = self.model_index[1 : 2 * half : 2].clone()
+            self.theta[:half] = self.theta[1 : 2 * half : 2].clone()
+            self.rows, self.thin = half, 2 * self.thin
+            if sampled % self.thin:
+                return
+        self.model_index[self.rows], self.theta[self.rows] = state.model_index, state.theta
+        self.rows += 1
+
+    def flat(self) -> tuple[Tensor, Tensor]:
+        """(model_index [N], theta [N, D]), iteration-major."""
+        return self.model_index[: self.rows].flatten(), self.theta[: self.rows].flatten(0, 1)
+
+
+def _fraction_spent(context: RunContext) -> float:
+    """The fraction of the time budget spent so far (0 when replaying without one: replays ignore fractions)."""
+    if context.time_budget_s is None:
+        return 0.0
+    return min(1.0, max(0.0, 1.0 - context.remaining_s() / context.time_budget_s))
 
 
 def run_chains(
@@ -159,8 +237,21 @@ def run_chains(
     generator: torch.Generator,
     progress: bool,
     refresh_auxiliaries: bool = False,
+    context: RunContext | None = None,
+    first_iteration: int = 0,
+    estimator: str = "bbe",
+    kept_capacity: int | None = None,
 ) -> ChainRun:
-    """Run the chains; proposals after burn-in feed the bridge statistics and visit counts."""
+    """Run the chains; proposals after burn-in feed the bridge statistics and visit counts.
+
+    With a ``context``, snapshots of the running estimate (``estimator``, see :func:`bridge_model_probs`) are
+    taken at the run's iterations ``first_iteration`` (work done before sampling, e.g. flow training steps) plus
+    the sampler's own. Without a time budget the run makes ``burn_in`` + ``iterations`` iterations. With one
+    (``context.budgeted``) it burns in until the ``burn_in`` milestone, which falls after the preset's share
+    ``burn_in / (burn_in + iterations)`` of the budget left when sampling starts, then samples until the budget
+    is spent, keeping at most ``kept_capacity`` thinned rows (default ``iterations // thin``); it raises
+    :class:`BudgetTooSmall` when the budget runs out before the first iteration after burn-in.
+    """
     num_chains = state.model_index.numel()
     device, dtype = state.theta.device, state.theta.dtype
     k = int(problem.num_models)
@@ -169,22 +260,52 @@ def run_chains(
     stats = GroupedPairStatistics.zeros(groups, k, device)
     visits = torch.zeros(k, dtype=torch.float64, device=device)
     ones = torch.ones(num_chains, dtype=torch.float64, device=device)
-    kept_m = torch.zeros(iterations // thin, num_chains, dtype=torch.int64, device=device)
-    kept_theta = torch.zeros(iterations // thin, num_chains, problem.dim_max, dtype=dtype, device=device)
+    budgeted = context is not None and context.budgeted
+    kept = KeptDraws(
+        kept_capacity if budgeted and kept_capacity is not None else max(iterations // thin, 1), thin, state
+    )
     accepted = torch.zeros(2, dtype=torch.float64, device=device)
     proposed_between = torch.zeros((), dtype=torch.float64, device=device)
-    checkpoints = set(torch.linspace(1, iterations, min(RUNNING_POINTS, iterations)).round().long().tolist())
+    if budgeted:  # the running estimate is stored at the snapshots instead
+        checkpoints: set[int] = set()
+        share = burn_in / (burn_in + iterations) if burn_in + iterations > 0 else 0.0
+        spent = _fraction_spent(context)
+        burn_in_fraction = min(1.0, max(spent + share * (1 - spent), 1e-9))
+    else:
+        checkpoints = set(torch.linspace(1, iterations, min(RUNNING_POINTS, iterations)).round().long().tolist())
+    total = None if budgeted else first_iteration + burn_in + iterations
     running: dict[str, list] = {"iteration": [], "prob": []}
+    sampled = 0
+
+    def running_estimate() -> ModelProbs | None:
+        """The estimate the run would return now (None during burn-in); in budgeted runs also stored as running."""
+        if sampled == 0:
+            return None
+        probs = bridge_model_probs(stats, visits, num_chains, estimator, jackknife=False)[0]
+        if budgeted:
+            running["iteration"].append(sampled)
+            running["prob"].append(probs.dense(k).tolist() if k <= 64 else None)
+        return probs
+
     bar = tqdm(
-        total=burn_in + iterations,
+        total=None if budgeted else burn_in + iterations,
         desc=f"trj {problem.name}",
         leave=False,
         mininterval=1.0,
         disable=not progress or None,
     )
     sampling_seconds = 0.0
-    for t in range(burn_in + iterations):
-        sampling = t >= burn_in
+    t = 0
+    while True:
+        if budgeted:
+            assert context is not None
+            if context.stop_due(first_iteration + t):
+                break
+            sampling = sampled > 0 or context.milestone(BURN_IN, first_iteration + t, burn_in_fraction)
+        else:
+            if t >= burn_in + iterations:
+                break
+            sampling = t >= burn_in
         start = time.perf_counter()
         if refresh_auxiliaries:  # Gibbs update of the auxiliary variables of the saturated target (CTRJ)
             fresh = torch.randn(state.theta.shape, generator=generator, dtype=dtype, device=device)
@@ -203,22 +324,28 @@ def run_chains(
             proposed_between += moved.sum()
             accepted[0] += accept.sum()
             visits.index_add_(0, state.model_index, ones)
-            s = t - burn_in + 1
-            if s % thin == 0:
-                kept_m[s // thin - 1], kept_theta[s // thin - 1] = state.model_index, state.theta
-            if s in checkpoints:
-                running["iteration"].append(s)
+            sampled += 1
+            kept.offer(sampled, state)
+            if sampled in checkpoints:
+                running["iteration"].append(sampled)
                 running["prob"].append(stats.total().graph_model_probs()[0].tolist() if k <= 64 else None)
+        t += 1
         bar.update(1)
+        if context is not None:
+            context.maybe_snapshot(first_iteration + t, running_estimate, total)
     bar.close()
+    if sampled == 0:
+        raise BudgetTooSmall(f"the budget ran out after {t} sampler iterations, before any after burn-in")
     n_between = float(proposed_between)
     return ChainRun(
-        kept=(kept_m.flatten(), kept_theta.flatten(0, 1)),
+        kept=kept.flat(),
         num_chains=num_chains,
         stats=stats,
         visits=visits,
         accept_between=float(accepted[0]) / max(n_between, 1.0),
-        accept_within=float(accepted[1]) / max(iterations * within_moves * num_chains, 1),
+        accept_within=float(accepted[1]) / max(sampled * within_moves * num_chains, 1),
         proposals_per_s=n_between / sampling_seconds if sampling_seconds > 0 else math.nan,
         running=running,
+        iterations=t,
+        sampled=sampled,
     )

@@ -584,11 +584,11 @@ def running_records(
 
     ``flow_iterations`` overrides the budget profile's when given.
     """
-    from suite.method import Budget
+    from suite.context import RunContext
     from suite.registry import make_method
     from suite.runner import execute
 
-    shared: dict[str, Any] = {"progress": False, "jumps": settings.jumps}
+    shared: dict[str, Any] = {"jumps": settings.jumps}
     if flow_iterations is not None:
         shared["flow_iterations"] = flow_iterations
     records = []
@@ -607,9 +607,10 @@ def running_records(
         if reason:
             log(f"running: skipping {kind}: {reason}")
             continue
+        resolved = method.resolve(problem, profile)
         for seed in seeds:
             start = time.perf_counter()
-            record = execute(problem, method, Budget(profile), seed, torch.device("cpu"), None)
+            record = execute(problem, resolved, RunContext(seed=seed, profile=profile))
             if record["status"] != "ok":
                 log(f"running: {kind} seed {seed} failed: {record['reason']}")
                 continue

@@ -1,10 +1,26 @@
-"""The registered VTI methods: ``vti-surrogate`` (Gaussian surrogate, UCB softmax) and ``vti-mcg`` (score function)."""
+"""The registered VTI methods: ``vti-surrogate`` (Gaussian surrogate, UCB softmax) and ``vti-mcg`` (score function).
+
+**Running estimates.** A snapshot holds q(m) as the model sampler defines it, computed as the final result is
+(:func:`_posterior_model_probs`: the surrogate's, the logits' or the MADE's q over every model; on spaces too
+large to enumerate, exact q at the distinct models of the latest training batch, which were drawn from q: the
+result's 2^16 fresh draws would cost a snapshot as much as dozens of iterations), and the ELBO estimate of that
+batch (no extra target evaluations). With replicates it is the replicate the run would report if stopped there:
+the one in progress or the best finished one, whichever has the lower terminal loss. The last snapshot is the
+returned estimate.
+
+**Time budgets.** A budgeted run trains until the run context's clock says stop, with the schedules (cosine
+learning rate, model-sampler warm-up) stretched over the iterations projected after a calibration of 2% of the
+budget (:mod:`methods.vti.training`); replicates share the budget equally. ``num_iterations`` then only sets the
+shape of the schedule (the warm-up's fraction, the restarts per run). The final q(m), draws and density are
+computed from the state at the stop, as without a budget. A budget that ends before the first iteration gives
+:class:`suite.context.BudgetTooSmall`.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
-import time
 import warnings
 from abc import abstractmethod
 from collections.abc import Callable
@@ -19,10 +35,9 @@ from methods.vti.cosmic import CoSMICFlow
 from methods.vti.flows import FlowSpec, build_flow
 from methods.vti.made_plus import DiscreteVectorSpace, MADEPlusSampler, default_sfe_lr
 from methods.vti.model_samplers import CategoricalSampler, MADEBinarySampler, ModelSampler, SurrogateSampler
-from methods.vti.training import EXPLODED_LOSS, DivergenceError, TrainSettings, train
-from suite import checkpoints as ckpt
-from suite.harness import PhaseTimer
-from suite.method import RESUMED_TIMING, Budget, Method, Result
+from methods.vti.training import EXPLODED_LOSS, DivergenceError, RunLink, Trainer, TrainSettings, train
+from suite.context import BudgetTooSmall, RunContext, RunningEstimate
+from suite.method import Method, Result
 from suite.model_space import BinarySpace
 from suite.problem import Problem
 from suite.registry import register_method
@@ -43,6 +58,10 @@ PAPER: dict[str, Any] = {"flow": "affine(5,5)", "num_iterations": 30000, "warmup
 SAS_MAX_DIM = 256
 #: Rows per chunk when evaluating the flow density (sequential inverse) or drawing samples.
 EVAL_CHUNK = 4096
+#: Snapshots of a finished replicate on a space too large to enumerate list q at the distinct models of this many
+#: draws, made on a generator seeded from the run's seed and the snapshot's number (never the training's).
+SNAPSHOT_MODEL_DRAWS = 2**8
+SNAPSHOT_SEED_STRIDE = 7919
 
 
 def context_function(problem: Problem, kind: str, dtype: torch.dtype) -> tuple[Callable[[Tensor], Tensor], int]:
@@ -57,7 +76,7 @@ def context_function(problem: Problem, kind: str, dtype: torch.dtype) -> tuple[C
     return (lambda m: problem.context(m, dtype)), problem.context_dim
 
 
-@dataclass
+@dataclass(frozen=True)
 class _VTIMethod(Method):
     """Shared options and run logic of the VTI methods (subclasses choose the model sampler)."""
 
@@ -69,8 +88,6 @@ class _VTIMethod(Method):
     warmup_iterations: int | None = None
     hidden: int | None = None
     context: str = "auto"
-    dtype: str = "float64"
-    progress: bool = True
     #: Independent trainings per run; the one with the lowest terminal loss is reported (VTI App. F.4).
     replicates: int = 1
 
@@ -79,80 +96,120 @@ class _VTIMethod(Method):
     #: A quick-profile run trains for about a minute; one seed keeps ``run_all.py`` within its 15-minute budget.
     default_seeds: ClassVar[dict[str, int]] = {"quick": 1}
 
-    def settings(self, problem: Problem, budget: Budget) -> dict[str, Any]:
-        """Profile presets under the constructor's values, checked before any work."""
-        s = super().settings(problem, budget)
-        spec = FlowSpec.parse(s["flow"])  # raises with the valid names
-        if self.flow is None and spec.kind == "sas" and problem.dim_max > SAS_MAX_DIM:
-            s["flow"] = f"affine({spec.num_layers},{spec.num_blocks})"
+    def resolve(self, problem: Problem, profile: str) -> _VTIMethod:
+        """As :meth:`Method.resolve`; a preset ``sas(N,M)`` flow (none asked for) becomes ``affine(N,M)`` on
+        problems above ``SAS_MAX_DIM`` coordinates (a flow asked for is kept)."""
+        resolved = super().resolve(problem, profile)
+        assert isinstance(resolved, _VTIMethod)
+        if self.flow is None:
+            spec = FlowSpec.parse(resolved.flow)
+            if spec.kind == "sas" and problem.dim_max > SAS_MAX_DIM:
+                resolved = dataclasses.replace(resolved, flow=f"affine({spec.num_layers},{spec.num_blocks})")
+        return resolved
+
+    def finalise(self, problem: Problem) -> _VTIMethod:
+        """Check the resolved options before any work (ValueError naming the valid choices)."""
+        FlowSpec.parse(self.flow)  # raises with the valid names
         for key in ("num_iterations", "batch_size"):
-            if int(s[key]) <= 0:
-                raise ValueError(f"{self.name}: {key} must be positive, got {s[key]}")
-        if not 0 <= int(s["warmup_iterations"]) <= int(s["num_iterations"]):
+            value = getattr(self, key)
+            if value is None or int(value) <= 0:
+                raise ValueError(f"{self.name}: {key} must be positive, got {value}")
+        if self.warmup_iterations is None or not 0 <= int(self.warmup_iterations) <= int(self.num_iterations):
             raise ValueError(f"{self.name}: warmup_iterations must lie in [0, num_iterations]")
-        if s["context"] not in CONTEXTS:
-            raise ValueError(f"{self.name}: unknown context {s['context']!r}; valid: {', '.join(CONTEXTS)}")
-        if s["grad_clip"] <= 0 or (s["flow_lr"] is not None and s["flow_lr"] <= 0):
+        if self.context not in CONTEXTS:
+            raise ValueError(f"{self.name}: unknown context {self.context!r}; valid: {', '.join(CONTEXTS)}")
+        if self.grad_clip <= 0 or (self.flow_lr is not None and self.flow_lr <= 0):
             raise ValueError(f"{self.name}: grad_clip and flow_lr must be positive")
-        if int(s["replicates"]) < 1:
-            raise ValueError(f"{self.name}: replicates must be at least 1, got {s['replicates']}")
-        return s
+        if int(self.replicates) < 1:
+            raise ValueError(f"{self.name}: replicates must be at least 1, got {self.replicates}")
+        return self
 
     @abstractmethod
     def make_sampler(
-        self, problem: Problem, s: dict[str, Any], log_prior: Tensor, device: torch.device
+        self, problem: Problem, log_prior: Tensor | None, device: torch.device, dtype: torch.dtype
     ) -> ModelSampler:
         """The model sampler q_psi(m) of this method."""
 
-    def run(self, problem: Problem, budget: Budget, seed: int, device: torch.device) -> Result:
+    def train_settings(self) -> TrainSettings:
+        """The optimiser settings of one training."""
+        return TrainSettings(
+            num_iterations=int(self.num_iterations),
+            batch_size=int(self.batch_size),
+            flow_lr=self.flow_lr or FlowSpec.parse(self.flow).default_learning_rate(),
+            grad_clip=float(self.grad_clip),
+            weight_decay=self.weight_decay,
+            decay=self.decay,
+            warmup_iterations=int(self.warmup_iterations),
+        )
+
+    def run(self, problem: Problem, context: RunContext) -> Result:
         """Train flow and model sampler, then report q(m), draws and log q(m, theta_m).
 
         With ``replicates=R > 1`` the run trains R times from the seeds :func:`replicate_seed` derives from
-        ``seed`` and reports the training with the lowest terminal loss (mean of its last 50 losses), the
-        protocol of VTI App. F.4; the walltime covers all R. Replicate 0 is the single run of the same seed.
+        the run's seed and reports the training with the lowest terminal loss (mean of its last 50 losses), the
+        protocol of VTI App. F.4; the walltime covers all R (a time budget is shared equally). Replicate 0 is
+        the single run of the same seed.
 
-        When the harness offers a checkpoint slot (:mod:`suite.checkpoints`), the state of the training in
-        progress is saved every few minutes and after each replicate, and a later attempt of the same run
-        continues from it with the same result as an uninterrupted run.
+        Snapshots (module doc) are taken after every iteration where the run context asks for one, numbered by
+        the iterations of all replicates so far. When the run context has a checkpoint slot
+        (:mod:`suite.checkpoints`), the state of the training in progress and the run context's (clock, counts,
+        trace) are saved every few minutes and after each replicate, and a later attempt of the same run
+        continues from it with the same result and trace as an uninterrupted run.
         """
-        s = self.settings(problem, budget)
-        timer = PhaseTimer(device)
-        attempt_start = time.perf_counter()
-        progress = _Progress(ckpt.current_slot(), self._checkpoint_identity(problem, s, seed))
-        resumed_s = progress.resumed_s
-        chosen = progress.restore_best(lambda r: self._build(problem, s, seed, r, device, timer))
-        for replicate in range(len(progress.finished), int(s["replicates"])):
-            outcome = self._train(problem, s, seed, replicate, device, timer, progress, attempt_start)
+        device, dtype = context.device, context.dtype
+        progress = _Progress(context, self._checkpoint_identity(problem, context))
+        chosen = progress.restore_best(lambda r: self._build(problem, context, r))
+
+        def estimate(trainer: Trainer) -> RunningEstimate:
+            """What the run would return if stopped now: the best of the finished replicates and this one."""
+            sampler, elbo, batch = trainer.sampler, trainer.running_elbo, trainer.last_batch
+            if chosen is not None and not _tail_mean(trainer.trace["loss"]) < chosen.terminal_loss:
+                sampler, elbo, batch = chosen.sampler, (lambda: chosen.elbo), None
+            with torch.no_grad():
+                if problem.num_models is not None and sampler.can_enumerate:
+                    probs, _ = _posterior_model_probs(problem, sampler, trainer.generator)  # draws nothing
+                else:
+                    if batch is None:
+                        seed = context.seed + SNAPSHOT_SEED_STRIDE * len(context.snapshots)
+                        generator = torch.Generator(device=device).manual_seed(seed)
+                        models = sampler.sample(SNAPSHOT_MODEL_DRAWS, generator)[0]
+                    else:
+                        models = batch[0]
+                    probs = _listed_model_probs(sampler, models)
+            return RunningEstimate(probs, elbo())
+
+        for replicate in range(len(progress.finished), int(self.replicates)):
+            if context.budgeted and context.stop_due(progress.iterations_done):
+                break
+            outcome = self._train(problem, context, replicate, progress, estimate)
             if isinstance(outcome, DivergenceError):
-                progress.finish(replicate, None, str(outcome))
+                progress.finish(replicate, None, str(outcome), outcome.iteration)
             else:
-                progress.finish(replicate, outcome.terminal_loss, None)
-                if chosen is None or outcome.terminal_loss < chosen.terminal_loss:
+                progress.finish(replicate, outcome.terminal_loss, None, outcome.iterations)
+                if outcome.iterations > 0 and (chosen is None or outcome.terminal_loss < chosen.terminal_loss):
                     chosen = outcome
-            if replicate + 1 < int(s["replicates"]):
-                progress.save(chosen, None, resumed_s + time.perf_counter() - attempt_start)
-        terminal_losses = [loss for loss, _ in progress.finished]
-        failures = [why for _, why in progress.finished if why is not None]
-        iterations_done = progress.iterations_this_attempt
-        resumed = {RESUMED_TIMING: resumed_s} if progress.resumed_from is not None else {}
+            if replicate + 1 < int(self.replicates):
+                progress.save(chosen, None)
+        terminal_losses = [item[0] for item in progress.finished]
+        failures = [item[1] for item in progress.finished if item[1] is not None]
         if chosen is None:
+            if not failures:
+                raise BudgetTooSmall("no VTI training iteration finished within the time budget")
             reason = (
                 failures[0]
                 if len(failures) == 1
                 else "every replicate diverged: "
-                + "; ".join(f"replicate {r}: {why}" for r, (_, why) in enumerate(progress.finished))
+                + "; ".join(f"replicate {r}: {item[1]}" for r, item in enumerate(progress.finished))
             )
-            diagnostics = {"iteration": progress.last_failure_iteration}
-            return Result.failed(reason, diagnostics=diagnostics, timings={**timer.timings, **resumed})
+            return Result.failed(reason, diagnostics={"iteration": progress.last_failure_iteration})
         flow, sampler, trace, generator = chosen.flow, chosen.sampler, chosen.trace, chosen.generator
-        with timer.phase("sample"), torch.no_grad():
+        with context.timer.phase("sample"), torch.no_grad():
             model_probs, log_q_model = _posterior_model_probs(problem, sampler, generator)
-            draws = _draw(
-                problem, flow, sampler, chosen.context_of, log_q_model, budget.num_draws, generator, self.torch_dtype
-            )
+            draws = _draw(problem, flow, sampler, chosen.context_of, log_q_model, context.num_draws, generator, dtype)
         flow.eval()
+        context.snapshot(progress.iterations_done, lambda: RunningEstimate(model_probs, chosen.elbo))
         iterations = len(trace["loss"])
-        train_s = timer.timings.get("train", math.nan)
+        train_s = context.timer.timings.get("train", math.nan)
         replicate_diagnostics: dict[str, Any] = {}
         if len(terminal_losses) > 1:
             replicate_diagnostics = {
@@ -167,127 +224,133 @@ class _VTIMethod(Method):
             draws=draws,
             log_density=_log_density(problem, flow, chosen.context_of, log_q_model, sampler),
             diagnostics={
-                "flow": s["flow"],
+                "flow": self.flow,
                 "final_loss": chosen.terminal_loss,
                 "loss_trace": trace["loss"][:: max(iterations // 200, 1)],
+                "iterations": progress.iterations_done,
                 # iterations of this attempt (all replicates, diverged ones too) over its training seconds
-                "iterations_per_s": iterations_done / train_s if train_s > 0 else math.nan,
+                "iterations_per_s": progress.iterations_this_attempt / train_s if train_s > 0 else math.nan,
                 "exploded_iterations": sum(loss > EXPLODED_LOSS for loss in trace["loss"]),
                 "num_flow_parameters": sum(p.numel() for p in flow.parameters()),
                 **replicate_diagnostics,
                 **sampler_diagnostics(sampler),
             },
-            timings={**timer.timings, **resumed},
-            device=str(device),
-            dtype=self.dtype,
         )
 
-    def _checkpoint_identity(self, problem: Problem, s: dict[str, Any], seed: int) -> dict[str, Any]:
-        """What a saved state must match to be continued: method, problem, resolved settings (bar the progress bar)."""
-        settings = {key: value for key, value in s.items() if key != "progress"}
+    def _checkpoint_identity(self, problem: Problem, context: RunContext) -> dict[str, Any]:
+        """What a saved state must match to be continued: method, problem, resolved options, seed, dtype, budget."""
         identity = {
             "method": self.name,
             "problem": problem.name,
             "config": problem.config(),
-            "settings": settings,
-            "seed": seed,
+            "options": self.options(),
+            "seed": context.seed,
+            "dtype": context.dtype_name,
+            "time_budget_s": context.time_budget_s,
+            "replay": context.replay,
         }
         # Plain JSON values, so that the checkpoint stays loadable with weights_only=True (suite.checkpoints).
         return json.loads(json.dumps(identity, sort_keys=True, default=str))
 
-    def _build(
-        self, problem: Problem, s: dict[str, Any], seed: int, replicate: int, device: torch.device, timer: PhaseTimer
-    ) -> _Training:
-        """A fresh flow and sampler for replicate ``replicate`` of ``seed`` (nothing trained yet)."""
-        dtype = self.torch_dtype
-        seed = replicate_seed(seed, replicate)
-        spec = FlowSpec.parse(s["flow"])
+    def _build(self, problem: Problem, context: RunContext, replicate: int) -> _Training:
+        """A fresh flow and sampler for replicate ``replicate`` of the run's seed (nothing trained yet)."""
+        device, dtype = context.device, context.dtype
+        seed = replicate_seed(context.seed, replicate)
+        spec = FlowSpec.parse(self.flow)
         torch.manual_seed(seed)  # parameter initialisation
         generator = torch.Generator(device=device).manual_seed(seed)
-        with timer.phase("setup"):
-            context_of, context_dim = context_function(problem, s["context"], dtype)
-            flow = build_flow(spec, problem.dim_max, context_dim, s["hidden"]).to(device, dtype)
+        with context.timer.phase("setup"):
+            context_of, context_dim = context_function(problem, self.context, dtype)
+            flow = build_flow(spec, problem.dim_max, context_dim, self.hidden).to(device, dtype)
             log_prior = _log_model_prior_table(problem, device)
-            sampler = self.make_sampler(problem, s, log_prior, device)
+            sampler = self.make_sampler(problem, log_prior, device, dtype)
         return _Training(flow, sampler, context_of, {"loss": []}, generator, replicate)
 
     def _train(
         self,
         problem: Problem,
-        s: dict[str, Any],
-        seed: int,
+        context: RunContext,
         replicate: int,
-        device: torch.device,
-        timer: PhaseTimer,
         progress: _Progress,
-        attempt_start: float,
+        estimate: Callable[[Trainer], RunningEstimate],
     ) -> _Training | DivergenceError:
-        """One training (replicate ``replicate`` of ``seed``): build flow and sampler, optimise; or the divergence."""
-        built = self._build(problem, s, seed, replicate, device, timer)
-        spec = FlowSpec.parse(s["flow"])
-        train_settings = TrainSettings(
-            num_iterations=int(s["num_iterations"]),
-            batch_size=int(s["batch_size"]),
-            flow_lr=s["flow_lr"] or spec.default_learning_rate(),
-            grad_clip=float(s["grad_clip"]),
-            weight_decay=self.weight_decay,
-            decay=self.decay,
-            warmup_iterations=int(s["warmup_iterations"]),
-        )
+        """One training (replicate ``replicate``): build flow and sampler, optimise; or the divergence."""
+        built = self._build(problem, context, replicate)
         resume = progress.take_current(replicate)
         start = 0 if resume is None else int(resume["next_iteration"])
+        offset = progress.iterations_done
+        link = RunLink(
+            context,
+            estimate,
+            offset=offset,
+            planned=offset + (int(self.replicates) - replicate) * int(self.num_iterations),
+            part=replicate,
+            parts=int(self.replicates),
+        )
 
         def save(trainer_state: dict[str, Any]) -> None:
-            progress.save(None, (replicate, trainer_state), progress.resumed_s + time.perf_counter() - attempt_start)
+            progress.save(None, (replicate, trainer_state))
 
         try:
-            with timer.phase("train"):
-                trace = train(
+            with context.timer.phase("train"):
+                trainer = train(
                     problem,
                     built.flow,
                     built.sampler,
                     built.context_of,
-                    train_settings,
+                    self.train_settings(),
                     built.generator,
-                    s["progress"],
+                    context.progress,
                     self.name,
                     resume=resume,
                     save=save if progress.slot else None,
                     save_every_s=progress.slot.every_s if progress.slot else math.inf,
+                    link=link,
                 )
         except DivergenceError as err:
             progress.count_iterations(err.iteration - start, failed_at=err.iteration)
             return err
-        progress.count_iterations(train_settings.num_iterations - start)
-        built.trace = trace
+        progress.count_iterations(trainer.iteration - start)
+        built.trace = trainer.trace
+        built.iterations = trainer.iteration
+        built.elbo = trainer.running_elbo()
         return built
 
 
 class _Progress:
-    """The replicates of one run finished so far and the checkpoint they are saved to (if the harness gave one)."""
+    """The replicates of one run finished so far and the checkpoint they are saved to (if the run context has one).
 
-    def __init__(self, slot: ckpt.CheckpointSlot | None, identity: dict[str, Any]) -> None:
-        self.slot, self.identity = slot, identity
-        self.finished: list[tuple[float | None, str | None]] = []  # (terminal loss or None, divergence or None)
-        self.resumed_s = 0.0
+    A checkpoint holds the finished replicates, the best one's final state, the replicate in progress and the run
+    context's :meth:`~suite.context.RunContext.state_dict` (clock, counts and trace), restored on resuming.
+    """
+
+    def __init__(self, context: RunContext, identity: dict[str, Any]) -> None:
+        self.context, self.slot, self.identity = context, context.checkpoint, identity
+        #: (terminal loss or None, divergence or None, iterations) per finished replicate.
+        self.finished: list[tuple[float | None, str | None, int]] = []
         self.resumed_from: dict[str, int] | None = None
         self.iterations_this_attempt = 0
         self.last_failure_iteration: int | None = None
         self._best: dict[str, Any] | None = None  # saved final state of the best finished replicate
         self._current: tuple[int, dict[str, Any]] | None = None  # saved state of the replicate in progress
-        state = slot.load() if slot is not None else None
+        state = self.slot.load() if self.slot is not None else None
         if state is None:
             return
         if state.get("identity") != identity:
             warnings.warn(
-                f"checkpoint {slot.path} was saved by a different configuration; starting afresh", stacklevel=3
+                f"checkpoint {self.slot.path} was saved by a different configuration; starting afresh", stacklevel=3
             )
             return
-        self.finished = [tuple(item) for item in state["finished"]]
-        self.resumed_s = float(state["elapsed_s"])
+        self.finished = [(item[0], item[1], int(item[2])) for item in state["finished"]]
         self._best, self._current = state["best"], state["current"]
+        context.load_state_dict(state["context"])
         next_iteration = 0 if self._current is None else int(self._current[1]["next_iteration"])
         self.resumed_from = {"replicate": len(self.finished), "iteration": next_iteration}
+
+    @property
+    def iterations_done(self) -> int:
+        """Training iterations of the finished replicates (where the next one's count starts)."""
+        return sum(item[2] for item in self.finished)
 
     def restore_best(self, build: Callable[[int], _Training]) -> _Training | None:
         """The best finished replicate of an earlier attempt, rebuilt from its saved state (None: none yet)."""
@@ -298,6 +361,7 @@ class _Progress:
         best.sampler.load_state_dict(self._best["sampler"])
         best.generator.set_state(self._best["generator"])
         best.trace = {name: list(values) for name, values in self._best["trace"].items()}
+        best.iterations, best.elbo = int(self._best["iterations"]), self._best["elbo"]
         return best
 
     def take_current(self, replicate: int) -> dict[str, Any] | None:
@@ -311,13 +375,13 @@ class _Progress:
         if failed_at is not None:
             self.last_failure_iteration = failed_at
 
-    def finish(self, replicate: int, terminal_loss: float | None, failure: str | None) -> None:
-        """Record that ``replicate`` ended, with its terminal loss or why it diverged."""
+    def finish(self, replicate: int, terminal_loss: float | None, failure: str | None, iterations: int) -> None:
+        """Record that ``replicate`` ended after ``iterations``, with its terminal loss or why it diverged."""
         assert replicate == len(self.finished)
-        self.finished.append((terminal_loss, failure))
+        self.finished.append((terminal_loss, failure, int(iterations)))
 
-    def save(self, best: _Training | None, current: tuple[int, dict[str, Any]] | None, elapsed_s: float) -> None:
-        """Save the finished replicates, the best one's final state and the replicate in progress (if any)."""
+    def save(self, best: _Training | None, current: tuple[int, dict[str, Any]] | None) -> None:
+        """Save the finished replicates, the best one's final state, the replicate in progress and the context's."""
         if self.slot is None:
             return
         if best is not None:
@@ -327,13 +391,15 @@ class _Progress:
                 "sampler": best.sampler.state_dict(),
                 "generator": best.generator.get_state(),
                 "trace": best.trace,
+                "iterations": best.iterations,
+                "elbo": best.elbo,
             }
         state = {
             "identity": self.identity,
             "finished": [list(item) for item in self.finished],
             "best": self._best,
             "current": current,
-            "elapsed_s": elapsed_s,
+            "context": self.context.state_dict(),
         }
         self.slot.save(state)
 
@@ -347,6 +413,12 @@ def replicate_seed(seed: int, replicate: int) -> int:
     return seed + REPLICATE_SEED_STRIDE * replicate
 
 
+def _tail_mean(losses: list[float]) -> float:
+    """Mean of the last 50 training losses (infinite when there are none)."""
+    tail = losses[-50:]
+    return sum(tail) / len(tail) if tail else math.inf
+
+
 @dataclass
 class _Training:
     """One finished VTI optimisation: what the reporting step needs, and its terminal loss."""
@@ -357,12 +429,14 @@ class _Training:
     trace: dict[str, list[float]]
     generator: torch.Generator
     replicate: int
+    #: Iterations it ran, and the running ELBO of its last batch (None: none finite).
+    iterations: int = 0
+    elbo: float | None = None
 
     @property
     def terminal_loss(self) -> float:
         """Mean of the last 50 training losses (the trace holds only iterations with a finite loss)."""
-        tail = self.trace["loss"][-50:]
-        return sum(tail) / len(tail) if tail else math.inf
+        return _tail_mean(self.trace["loss"])
 
 
 def sampler_diagnostics(sampler: ModelSampler) -> dict[str, Any]:
@@ -391,8 +465,13 @@ def _posterior_model_probs(
         return ModelProbs.from_dense(log_q.exp()), log_q
     # Multi-word spaces (DAGs) take one MADE+ pass per variable (54 for 10 nodes) per draw, hence fewer draws.
     model_index, _ = sampler.sample(2**16 if problem.model_space.index_width == 1 else 2**12, generator)
+    return _listed_model_probs(sampler, model_index), None
+
+
+def _listed_model_probs(sampler: ModelSampler, model_index: Tensor) -> ModelProbs:
+    """Exact q(m) at the distinct models of ``model_index`` (draws of q)."""
     distinct = torch.unique(model_index, dim=0)
-    return ModelProbs(distinct.cpu(), sampler.log_prob(distinct).to("cpu", torch.float64).exp()), None
+    return ModelProbs(distinct.cpu(), sampler.log_prob(distinct).to("cpu", torch.float64).exp())
 
 
 def _draw(
@@ -445,7 +524,7 @@ def _log_density(
 
 
 @register_method("vti-surrogate")
-@dataclass
+@dataclass(frozen=True)
 class VTISurrogate(_VTIMethod):
     """VTI with CoSMIC flows and a diagonal Gaussian surrogate of the per-model ELBO, sampled by UCB softmax.
 
@@ -473,7 +552,7 @@ class VTISurrogate(_VTIMethod):
     }
 
     def make_sampler(
-        self, problem: Problem, s: dict[str, Any], log_prior: Tensor | None, device: torch.device
+        self, problem: Problem, log_prior: Tensor | None, device: torch.device, dtype: torch.dtype
     ) -> ModelSampler:
         """The surrogate UCB sampler (enumerable model spaces only)."""
         if log_prior is None:
@@ -482,14 +561,14 @@ class VTISurrogate(_VTIMethod):
             num_models=problem.num_models,
             log_model_prior=log_prior,
             device=device,
-            dtype=self.torch_dtype,
-            prior_variance=s["prior_variance"],
-            obs_variance=s["obs_variance"],
-            f_coupling=s["f_coupling"],
-            obs_beta=s["obs_beta"],
-            max_entropy_gain=s["max_entropy_gain"],
-            squish=s["squish"],
-            posterior=s["posterior"],
+            dtype=dtype,
+            prior_variance=self.prior_variance,
+            obs_variance=self.obs_variance,
+            f_coupling=self.f_coupling,
+            obs_beta=self.obs_beta,
+            max_entropy_gain=self.max_entropy_gain,
+            squish=self.squish,
+            posterior=self.posterior,
         )
 
     def supports(self, problem: Problem) -> str | None:
@@ -503,7 +582,7 @@ MODEL_DISTRIBUTIONS = ("auto", "categorical", "made")
 
 
 @register_method("vti-mcg")
-@dataclass
+@dataclass(frozen=True)
 class VTIMCG(_VTIMethod):
     """VTI with CoSMIC flows and a model distribution trained by score-function (Monte Carlo) gradients.
 
@@ -535,15 +614,15 @@ class VTIMCG(_VTIMethod):
         "paper": {**PAPER, "batch_size": 1024},
     }
 
-    def settings(self, problem: Problem, budget: Budget) -> dict[str, Any]:
+    def finalise(self, problem: Problem) -> VTIMCG:
         """As the base, plus the model distribution's name."""
-        s = super().settings(problem, budget)
-        if s["model_distribution"] not in MODEL_DISTRIBUTIONS:
+        resolved = super().finalise(problem)
+        if self.model_distribution not in MODEL_DISTRIBUTIONS:
             raise ValueError(
-                f"{self.name}: unknown model_distribution {s['model_distribution']!r}; "
+                f"{self.name}: unknown model_distribution {self.model_distribution!r}; "
                 f"valid: {', '.join(MODEL_DISTRIBUTIONS)}"
             )
-        return s
+        return resolved
 
     def _distribution(self, problem: Problem) -> str:
         kind = self.model_distribution
@@ -565,18 +644,18 @@ class VTIMCG(_VTIMethod):
         return None
 
     def make_sampler(
-        self, problem: Problem, s: dict[str, Any], log_prior: Tensor | None, device: torch.device
+        self, problem: Problem, log_prior: Tensor | None, device: torch.device, dtype: torch.dtype
     ) -> ModelSampler:
         """Categorical logits or a MADE over bits."""
         reason = self.supports(problem)
         if reason is not None:
             raise ValueError(f"{self.name} on {problem.name}: {reason}")
         space = problem.model_space
-        sfe_lr = s["sfe_lr"]
+        sfe_lr = self.sfe_lr
         if sfe_lr is None:
             num_nodes = getattr(space, "num_nodes", None)
             sfe_lr = default_sfe_lr(num_nodes) if isinstance(space, DiscreteVectorSpace) and num_nodes else 0.1
-        common = {"device": device, "dtype": self.torch_dtype, "sfe_lr": sfe_lr, "ig_threshold": s["ig_threshold"]}
+        common = {"device": device, "dtype": dtype, "sfe_lr": sfe_lr, "ig_threshold": self.ig_threshold}
         if self._distribution(problem) == "categorical":
             return CategoricalSampler(num_models=problem.num_models, log_model_prior=log_prior, **common)
         if not isinstance(space, BinarySpace):

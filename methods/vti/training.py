@@ -1,4 +1,14 @@
-"""The VTI training loop shared by both model samplers (VTI Sec. 3, eqs. 9-11; the code reference's ``step``)."""
+"""The VTI training loop shared by both model samplers (VTI Sec. 3, eqs. 9-11; the code reference's ``step``).
+
+**Time budgets.** In a budgeted run (:attr:`suite.context.RunContext.budgeted`) a training runs until the run
+context says stop (:class:`RunLink`). Its learning-rate schedule and the model sampler's warm-up are those of the
+preset stretched over a horizon: the iterations the budget is projected to allow, measured once the first
+``CALIBRATION_FRACTION`` of the training's share of the budget is spent. The preset's schedule at iteration ``t``
+of ``num_iterations`` becomes the budgeted one at iteration ``t * horizon / num_iterations`` (cosine restarts,
+decay and warm-up alike: the warm-up keeps the preset's fraction ``warmup_iterations / num_iterations``). Until
+the horizon is known the schedule stays at its starting value (the base learning rate, the model sampler frozen
+when there is a warm-up).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +16,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -16,11 +26,22 @@ from methods.vti.cosmic import CoSMICFlow
 from methods.vti.model_samplers import ModelSampler
 from suite.problem import Problem
 
+if TYPE_CHECKING:
+    from suite.context import RunContext, RunningEstimate
+
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 #: Consecutive iterations without a usable loss or gradient after which the run is declared diverged.
 MAX_BAD_ITERATIONS = 20
 #: A loss above this many nats (per sample) counts as exploded; MAX_BAD_ITERATIONS of them in a row end the run.
 EXPLODED_LOSS = 1e12
+#: Floor of the cosine restarts (CosineAnnealingWarmRestarts' eta_min).
+ETA_MIN = 1e-7
+#: Per-step factors of the exponential (surrogate) and multiplicative (MCG) decays chained with the restarts.
+DECAY_FACTORS = {"exponential": 1 - 1e-3, "multiplicative": 1 / (1 + 1e-4)}
+#: Budgeted runs: the horizon is projected once this fraction of a training's share of the budget is spent ...
+CALIBRATION_FRACTION = 0.02
+#: ... and at least this many of its iterations are done.
+CALIBRATION_ITERATIONS = 5
 
 
 class DivergenceError(RuntimeError):
@@ -56,12 +77,26 @@ def make_optimizer(
     """
     params = [p for p in flow.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=s.flow_lr, weight_decay=s.weight_decay, fused=True)
-    cosine = torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(optimizer, T_0=s.restart_period, eta_min=1e-7)
+    cosine = torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(optimizer, T_0=s.restart_period, eta_min=ETA_MIN)
+    factor = DECAY_FACTORS[s.decay]
     if s.decay == "exponential":
-        decay: torch.optim.lr_scheduler.LRScheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, 1 - 1e-3)
+        decay: torch.optim.lr_scheduler.LRScheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, factor)
     else:
-        decay = torch.optim.lr_scheduler.MultiplicativeLR(optimizer, lambda _: 1 / (1 + 1e-4))
+        decay = torch.optim.lr_scheduler.MultiplicativeLR(optimizer, lambda _: factor)
     return optimizer, torch.optim.lr_scheduler.ChainedScheduler([cosine, decay])
+
+
+def scheduled_lr(s: TrainSettings, position: float) -> float:
+    """The learning rate :func:`make_optimizer`'s schedule gives after ``position`` steps (a fraction allowed).
+
+    Each chained step sets the cosine restart's value from the base rate, then the decay multiplies that once, so
+    the rate after ``t >= 1`` steps is ``cosine(t mod restart_period) * factor`` (equal to the scheduler's).
+    """
+    if position <= 0:
+        return s.flow_lr
+    phase = math.fmod(position, s.restart_period)
+    cosine = ETA_MIN + (s.flow_lr - ETA_MIN) * (1 + math.cos(math.pi * phase / s.restart_period)) / 2
+    return cosine * DECAY_FACTORS[s.decay]
 
 
 def elbo_terms(
@@ -95,6 +130,7 @@ class Trainer:
         context_of: Callable[[Tensor], Tensor],
         settings: TrainSettings,
         generator: torch.Generator,
+        budgeted: bool = False,
     ) -> None:
         self.problem, self.flow, self.sampler, self.context_of = problem, flow, sampler, context_of
         self.s, self.generator = settings, generator
@@ -103,6 +139,14 @@ class Trainer:
         self.device, self.dtype = self.params[0].device, self.params[0].dtype
         self.bad = 0
         self.trace: dict[str, list[float]] = {"loss": [], "grad_norm": [], "finite_fraction": []}
+        #: Budgeted runs: the schedules span ``horizon`` iterations (None until calibrated; see the module doc).
+        self.budgeted = budgeted
+        self.horizon: int | None = None
+        self.schedule_steps = 0
+        #: The latest batch's (m, ell, log p(m), log q(m)) for snapshots (references only, never synchronised).
+        self.last_batch: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
+        #: Iterations done when :func:`train` returned.
+        self.iteration = 0
 
     def state_dict(self, next_iteration: int) -> dict[str, Any]:
         """Everything needed to continue this optimisation at ``next_iteration`` exactly as if never stopped."""
@@ -116,6 +160,8 @@ class Trainer:
             "torch_rng": torch.get_rng_state(),
             "bad": self.bad,
             "trace": {name: list(values) for name, values in self.trace.items()},
+            "horizon": self.horizon,
+            "schedule_steps": self.schedule_steps,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> int:
@@ -128,14 +174,50 @@ class Trainer:
         torch.set_rng_state(state["torch_rng"])
         self.bad = int(state["bad"])
         self.trace = {name: list(values) for name, values in state["trace"].items()}
+        self.horizon = None if state["horizon"] is None else int(state["horizon"])
+        self.schedule_steps = int(state["schedule_steps"])
         return int(state["next_iteration"])
+
+    def set_horizon(self, horizon: int) -> None:
+        """Stretch the schedules over ``horizon`` iterations from now on (budgeted runs)."""
+        self.horizon = max(int(horizon), 1)
+
+    def _advance_schedule(self) -> None:
+        """One step of the learning-rate schedule: the preset's, or in a budgeted run the preset's stretched."""
+        if not self.budgeted:
+            self.scheduler.step()
+            return
+        self.schedule_steps += 1
+        position = 0.0 if self.horizon is None else self.schedule_steps * self.s.num_iterations / self.horizon
+        lr = scheduled_lr(self.s, position)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def sampler_learns(self, iteration: int) -> bool:
+        """Whether the model sampler is updated at ``iteration`` (after the warm-up, stretched when budgeted)."""
+        s = self.s
+        if not self.budgeted or s.warmup_iterations == 0:
+            return iteration >= s.warmup_iterations
+        return self.horizon is not None and iteration * s.num_iterations >= s.warmup_iterations * self.horizon
+
+    def running_elbo(self) -> float | None:
+        """ELBO estimate of the latest batch: mean of ell + log p(m) - log q(m) over its finite draws (None: none).
+
+        q(m) is the distribution the batch was drawn from (for vti-surrogate the UCB action distribution).
+        """
+        if self.last_batch is None:
+            return None
+        _, ell, log_prior, log_q = self.last_batch
+        terms = ell + log_prior.to(ell.dtype) - log_q.to(ell.dtype)
+        finite = torch.isfinite(terms)
+        return float(terms[finite].mean()) if bool(finite.any()) else None
 
     def _skip(self, iteration: int, why: str) -> None:
         self.bad += 1
         if self.bad >= MAX_BAD_ITERATIONS:
             raise DivergenceError(iteration, f"{why} for {self.bad} iterations")
         self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
+        self._advance_schedule()
 
     def step(self, iteration: int) -> float:
         """One iteration: sample (m, z), reparameterised ELBO, flow step, model-sampler update; returns the loss."""
@@ -143,9 +225,10 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         shape = (s.batch_size, self.problem.dim_max)
         z = torch.randn(shape, generator=self.generator, device=self.device, dtype=self.dtype)
-        model_index, _ = self.sampler.sample(s.batch_size, self.generator)
+        model_index, log_q_model = self.sampler.sample(s.batch_size, self.generator)
         log_prior = self.problem.log_model_prior(model_index).to(self.dtype)
         ell = elbo_terms(self.problem, self.flow, model_index, z, self.context_of(model_index), log_prior)
+        self.last_batch = (model_index, ell.detach(), log_prior, log_q_model)
         finite = torch.isfinite(ell)
         num_finite = int(finite.sum())
         loss = -torch.where(finite, ell, 0.0).sum() / max(num_finite, 1)
@@ -171,9 +254,9 @@ class Trainer:
             self._skip(iteration, "non-finite gradients")
             return math.nan
         self.optimizer.step()
-        if iteration >= s.warmup_iterations:
+        if self.sampler_learns(iteration):
             self.sampler.update(model_index, ell.detach(), self.optimizer)
-        self.scheduler.step()
+        self._advance_schedule()
         self.trace["loss"].append(loss_value)
         self.trace["grad_norm"].append(grad_norm_value)
         self.trace["finite_fraction"].append(num_finite / s.batch_size)
@@ -183,6 +266,55 @@ class Trainer:
                 iteration, f"loss above {EXPLODED_LOSS:.0e} for {self.bad} iterations (last {loss_value:.3g})"
             )
         return loss_value
+
+
+@dataclass
+class RunLink:
+    """How one training reports to the run context: its place in the run's iteration count, its share of a
+    time budget, and the running estimate a snapshot takes.
+
+    ``offset`` is the run's iterations before this training (earlier replicates); ``planned`` the whole run's
+    planned iterations (runs without a budget place their snapshots by it). In a budgeted run the training is
+    ``part`` of ``parts`` equal shares of the budget (replicates): it ends at the end of its share (the last at
+    the budget's end) and calibrates its horizon over the first ``CALIBRATION_FRACTION`` of the share.
+    """
+
+    context: RunContext
+    estimate: Callable[[Trainer], RunningEstimate | None]
+    offset: int = 0
+    planned: int | None = None
+    part: int = 0
+    parts: int = 1
+
+    @property
+    def budgeted(self) -> bool:
+        """Whether the run's length is set by a time budget."""
+        return self.context.budgeted
+
+    def _name(self, base: str) -> str:
+        return base if self.part == 0 else f"{base}_{self.part}"
+
+    def stop(self, iteration: int) -> bool:
+        """Whether the training ends before its (0-based) ``iteration`` (budgeted runs: the budget or share spent)."""
+        done = self.offset + iteration
+        if self.context.stop_due(done):
+            return True
+        last = self.part + 1 >= self.parts
+        return not last and self.context.milestone(self._name("replicate_end"), done, (self.part + 1) / self.parts)
+
+    def horizon(self, iteration: int) -> int | None:
+        """This training's horizon once its pace is calibrated after ``iteration`` iterations (None before)."""
+        if iteration < CALIBRATION_ITERATIONS:
+            return None
+        done = self.offset + iteration
+        if not self.context.milestone(self._name("calibration"), done, (self.part + CALIBRATION_FRACTION) / self.parts):
+            return None
+        projected = self.context.projected_iterations(self._name("horizon"), done)
+        return max(1, (projected - self.offset) // (self.parts - self.part))
+
+    def snapshot(self, iteration: int, trainer: Trainer) -> None:
+        """A running estimate if one is due after ``iteration`` iterations of this training."""
+        self.context.maybe_snapshot(self.offset + iteration, lambda: self.estimate(trainer), self.planned)
 
 
 def train(
@@ -197,8 +329,9 @@ def train(
     resume: dict[str, Any] | None = None,
     save: Callable[[dict[str, Any]], None] | None = None,
     save_every_s: float = math.inf,
-) -> dict[str, list[float]]:
-    """Optimise the flow and the model sampler jointly; returns per-iteration traces.
+    link: RunLink | None = None,
+) -> Trainer:
+    """Optimise the flow and the model sampler jointly; returns the trainer (its ``trace``: per-iteration traces).
 
     During the first ``warmup_iterations`` the model sampler is not updated,
     so models are drawn from its initial distribution (the model prior, or
@@ -207,6 +340,10 @@ def train(
     optimum on some problems) keep such models from ever being sampled again,
     and the score-function sampler abandons them just as fast. This warm-up is
     our addition; ``warmup_iterations=0`` reproduces the authors' loop.
+
+    With ``link`` the training takes the run context's snapshots after each iteration and, in a budgeted run,
+    runs until the context says stop, its schedules stretched over the projected horizon (module doc); without a
+    budget it runs ``num_iterations``. ``trainer.iteration`` is the number of iterations done at the end.
 
     With ``save``, the trainer's :meth:`Trainer.state_dict` is handed to it
     every ``save_every_s`` seconds; ``resume`` (such a state) continues that
@@ -217,19 +354,30 @@ def train(
     loss stays above ``EXPLODED_LOSS``, for ``MAX_BAD_ITERATIONS`` iterations
     in a row, or when the flow's parameters stop being finite.
     """
-    trainer = Trainer(problem, flow, sampler, context_of, s, generator)
+    budgeted = link is not None and link.budgeted
+    trainer = Trainer(problem, flow, sampler, context_of, s, generator, budgeted=budgeted)
     start = 0 if resume is None else trainer.load_state_dict(resume)
-    bar = tqdm(total=s.num_iterations, initial=start, desc=label, disable=not progress, leave=False, mininterval=1.0)
+    total = None if budgeted else s.num_iterations
+    bar = tqdm(total=total, initial=start, desc=label, disable=not progress or None, leave=False, mininterval=1.0)
     last_save = time.monotonic()
-    for iteration in range(start, s.num_iterations):
+    iteration = start
+    while not (link.stop(iteration) if budgeted else iteration >= s.num_iterations):
         loss = trainer.step(iteration)
         if iteration % 50 == 0:
             bar.set_postfix(loss=f"{loss:.4g}", refresh=False)
+        iteration += 1
         bar.update(1)
-        if save is not None and time.monotonic() - last_save >= save_every_s and iteration + 1 < s.num_iterations:
-            save(trainer.state_dict(iteration + 1))
+        if budgeted and trainer.horizon is None:
+            horizon = link.horizon(iteration)
+            if horizon is not None:
+                trainer.set_horizon(horizon)
+        if link is not None:
+            link.snapshot(iteration, trainer)
+        if save is not None and time.monotonic() - last_save >= save_every_s and (budgeted or iteration < total):
+            save(trainer.state_dict(iteration))
             last_save = time.monotonic()
     bar.close()
+    trainer.iteration = iteration
     if not all(bool(torch.isfinite(p).all()) for p in trainer.params):
-        raise DivergenceError(s.num_iterations, "flow parameters are not finite")
-    return trainer.trace
+        raise DivergenceError(iteration, "flow parameters are not finite")
+    return trainer

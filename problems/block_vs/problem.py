@@ -83,6 +83,9 @@ def _fold_product(x: Any, max_factors: int = 16) -> Any:
 class BlockVS(Problem):
     """Robust block variable selection (TRJ sec. 5.1): 4 nested regressions, mixture-of-normals residuals."""
 
+    #: Compute seconds each method gets in the quick profile (equal-time leaderboard).
+    time_budgets: ClassVar[dict[str, float]] = {"quick": 6.0}
+
     main_metric: ClassVar[str] = "model_prob_tv"
     #: The posteriors are multimodal in beta0 (NUTS R-hat up to 3), so the reference rests on SMC:
     #: many particles and runs are cheap in at most 4 dimensions.

@@ -91,6 +91,9 @@ def simulate_data(seed: int, num_obs: int = NUM_OBS) -> Tensor:
 class FactorAnalysis(Problem):
     """Bayesian factor analysis of six exchange rates (TRJ sec. 4.2) with 1, 2 or 3 factors."""
 
+    #: Compute seconds each method gets in the quick profile (equal-time leaderboard).
+    time_budgets: ClassVar[dict[str, float]] = {"quick": 15.0}
+
     #: SMC needs many random-walk moves per temperature here: with 10 the runs' log evidences spread over
     #: 5 nats (bimodal loadings, e.g. the sign of column 2 when beta_11 ≈ 0); with 100 they agree to 0.1.
     #: Even so SMC put the 3-factor evidence 0.3-0.5 nats low on the exchange-rate data, more than its
@@ -256,6 +259,9 @@ class FactorAnalysis(Problem):
 class FactorAnalysisK23(FactorAnalysis):
     """factor-analysis restricted to 2 vs 3 factors: the TRJ paper's comparison (P(k=2) = 0.88 reported)."""
 
+    #: Compute seconds each method gets in the quick profile (equal-time leaderboard).
+    time_budgets: ClassVar[dict[str, float]] = {"quick": 10.0}
+
     def __init__(self, factors: Sequence[int] = (2, 3)) -> None:
         super().__init__(factors=factors)
 
@@ -263,6 +269,9 @@ class FactorAnalysisK23(FactorAnalysis):
 @register_problem("factor-analysis-simulated")
 class SimulatedFactorAnalysis(FactorAnalysis):
     """factor-analysis on simulated 143 x 6 data from a two-factor model (true k = 2), seeded by ``data_seed``."""
+
+    #: Compute seconds each method gets in the quick profile (equal-time leaderboard).
+    time_budgets: ClassVar[dict[str, float]] = {"quick": 10.0}
 
     def __init__(self, factors: Sequence[int] = (1, 2, 3), data_seed: int = 0) -> None:
         config = {"factors": list(factors), "data": "simulated", "data_seed": data_seed}

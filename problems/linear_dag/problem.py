@@ -66,6 +66,9 @@ def simulate_data(num_nodes: int, num_samples: int, seed: int) -> tuple[Tensor, 
 class LinearDAG(Problem):
     """Linear-Gaussian DAG (d <= 5) with a conjugate prior per node: exact evidence and posterior for every DAG."""
 
+    #: Compute seconds each method gets in the quick profile (equal-time leaderboard).
+    time_budgets: ClassVar[dict[str, float]] = {"quick": 25.0}
+
     main_metric: ClassVar[str] = "model_prob_tv"
     higher_is_better: ClassVar[frozenset[str]] = HIGHER_IS_BETTER
 
@@ -286,6 +289,9 @@ class LinearDAG(Problem):
 @register_problem("linear-dag-d4")
 class LinearDAG4(LinearDAG):
     """linear-dag on 4 nodes (543 DAGs): the same model, small enough for RJMCMC baselines to mix."""
+
+    #: Compute seconds each method gets in the quick profile (equal-time leaderboard).
+    time_budgets: ClassVar[dict[str, float]] = {"quick": 15.0}
 
     def __init__(self, num_nodes: int = 4, **config: Any) -> None:
         super().__init__(num_nodes=num_nodes, **config)

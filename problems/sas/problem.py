@@ -48,6 +48,9 @@ def _log_cosh(x: Tensor) -> Tensor:
 class SinhArcsinh(Problem):
     """Sinh-arcsinh toy of TRJ sec. 4.1: models of dimension 1 and 2 with probabilities 1/4 and 3/4."""
 
+    #: Compute seconds each method gets in the quick profile (equal-time leaderboard).
+    time_budgets: ClassVar[dict[str, float]] = {"quick": 4.0}
+
     main_metric: ClassVar[str] = "model_prob_tv"
 
     def __init__(self) -> None:

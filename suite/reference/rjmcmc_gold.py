@@ -29,11 +29,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from suite.method import Budget
+from suite.context import RunContext
 from suite.problem import Problem
 from suite.reference.engine import versions
 from suite.reference.store import Reference
 from suite.registry import make_method
+from suite.runner import resolve_and_run
 
 #: Burn-in of the authors' configuration, and (largest dimension, total iterations, thinning) by dimension.
 APP_E1_BURN_IN = 10_000
@@ -96,12 +97,14 @@ def estimate_by_rjmcmc(problem: Problem, settings: RJMCMCGoldSettings, progress:
         num_iterations=settings.num_iterations,
         thin=settings.thin,
         within_moves=settings.within_moves,
-        progress=progress,
     )
     num_kept = settings.num_chains * (settings.num_iterations // settings.thin)
     if num_kept < settings.num_gold_draws:
         raise ValueError(f"{num_kept} kept draws cannot give {settings.num_gold_draws} gold draws")
-    result = method.run(problem, Budget("paper", num_draws=num_kept), settings.seed, torch.device("cpu"))
+    context = RunContext(
+        seed=settings.seed, device=torch.device("cpu"), profile="paper", num_draws=num_kept, progress=progress
+    )
+    result = resolve_and_run(method, problem, context)
     if result.status != "ok" or result.model_probs is None or result.draws is None:
         raise RuntimeError(f"the RJMCMC gold-standard run failed: {result.reason}")
     probs = result.model_probs

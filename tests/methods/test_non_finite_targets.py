@@ -7,9 +7,9 @@ never move, and their visit frequencies are those of the exact draws.
 import pytest
 import torch
 
-from suite.method import Budget
+from suite.context import RunContext
 from suite.registry import make_method
-from suite.runner import execute
+from suite.runner import execute, resolve_and_run
 from tests.broken_targets import FrozenSas, NaNSas
 
 CPU = torch.device("cpu")
@@ -17,10 +17,10 @@ CPU = torch.device("cpu")
 
 @pytest.mark.parametrize("method_name", ["rjmcmc-baseline", "trj", "ctrj"])
 def test_a_nan_target_is_a_failed_run(method_name: str) -> None:
-    method = make_method(method_name, progress=False)
-    record = execute(NaNSas(), method, Budget("smoke"), 0, CPU)
+    method = make_method(method_name).resolve(NaNSas(), "smoke")
+    record = execute(NaNSas(), method, RunContext(seed=0, profile="smoke"))
     assert record["status"] == "failed"
-    num_chains = method.settings(NaNSas(), Budget("smoke"))["num_chains"]
+    num_chains = method.num_chains
     assert record["reason"] == f"target log density is non-finite at all {num_chains} initial points"
     assert "model_prob_tv" not in record["metrics"]
 
@@ -28,7 +28,7 @@ def test_a_nan_target_is_a_failed_run(method_name: str) -> None:
 @pytest.mark.parametrize("method_name", ["rjmcmc-baseline", "trj", "ctrj"])
 def test_chains_that_accept_nothing_are_a_failed_run(method_name: str) -> None:
     problem = FrozenSas()
-    result = make_method(method_name, progress=False).run(problem, Budget("smoke"), 0, CPU)
+    result = resolve_and_run(make_method(method_name), problem, RunContext(seed=0, profile="smoke"))
     assert problem.calls > 1  # the chains did propose
     assert result.status == "failed"
     assert result.reason.startswith("no proposal accepted in the ")

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import torch
 
+from suite.context import RunContext
 from suite.harness import PeakMemory, PhaseTimer, _proc_status_kib, environment, resolve_device
-from suite.method import Budget, Method, Result
+from suite.method import Method, Result
 from suite.registry import make_problem
 from suite.runner import execute
 
@@ -51,7 +52,7 @@ class Exploding(Method):
 
     name = "exploding"
 
-    def run(self, problem, budget, seed, device):
+    def run(self, problem, context):
         raise RuntimeError("boom")
 
 
@@ -60,19 +61,19 @@ class NoDensity(Method):
 
     name = "no-density"
 
-    def run(self, problem, budget, seed, device):
+    def run(self, problem, context):
         return Result(model_probs=problem.reference_model_probs(), timings={"sample": 0.0})
 
 
 def test_failed_method_becomes_a_failed_record() -> None:
-    record = execute(make_problem("sas"), Exploding(), Budget("smoke"), 0, torch.device("cpu"))
+    record = execute(make_problem("sas"), Exploding(), RunContext(seed=0))
     assert record["status"] == "failed"
     assert record["reason"] == "RuntimeError: boom"
     assert "Traceback" in record["traceback"]
 
 
 def test_record_carries_environment_and_metrics() -> None:
-    record = execute(make_problem("sas"), NoDensity(), Budget("smoke"), 3, torch.device("cpu"))
+    record = execute(make_problem("sas"), NoDensity(), RunContext(seed=3))
     assert record["status"] == "ok" and record["seed"] == 3
     assert record["metrics"]["model_prob_tv"]["value"] == 0.0
     assert "cross_entropy" not in record["metrics"]  # no density, no cross-entropy

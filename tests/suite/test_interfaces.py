@@ -1,14 +1,16 @@
 """Conformance: every registered problem and method must pass these (new ones get them for free)."""
 
+import itertools
 import math
 
 import pytest
 import torch
 
-from suite.method import Budget, Result
+from suite.context import RunContext
+from suite.method import Result
 from suite.problem import Problem
 from suite.registry import available_methods, available_problems, make_method, make_problem, problem_class
-from suite.runner import execute, gold_draws
+from suite.runner import execute, gold_draws, resolve_and_run
 
 PROBLEMS = list(available_problems())
 METHODS = list(available_methods())
@@ -135,7 +137,8 @@ def test_method_returns_a_valid_result(method_name: str, name: str) -> None:
     problem, method = _problem(name), make_method(method_name)
     if method.supports(problem):
         pytest.skip(method.supports(problem))
-    result = method.run(problem, Budget("smoke", num_draws=500), seed=0, device=torch.device("cpu"))
+    context = RunContext(seed=0, profile="smoke", num_draws=500)
+    result = resolve_and_run(method, problem, context)
     assert isinstance(result, Result) and result.status == "ok", result.reason
     if result.model_probs is not None:
         probs = result.model_probs
@@ -148,7 +151,8 @@ def test_method_returns_a_valid_result(method_name: str, name: str) -> None:
     if result.log_density is not None:
         lq = result.log_density(result.draws.model_index, result.draws.theta)
         assert lq.shape == (len(result.draws),) and torch.isfinite(lq).all()
-    assert result.timings and all(t >= 0 for t in result.timings.values())
+    timings = {**context.timer.timings, **result.timings}
+    assert timings and all(t >= 0 for t in timings.values())
 
 
 def _first_supported_problem(method_name: str) -> Problem:
@@ -164,7 +168,7 @@ def _first_supported_problem(method_name: str) -> Problem:
 @pytest.mark.parametrize("method_name", METHODS)
 def test_method_is_reproducible_by_seed(method_name: str) -> None:
     problem, method = _first_supported_problem(method_name), make_method(method_name)
-    runs = [method.run(problem, Budget("smoke", num_draws=200), seed=s, device=torch.device("cpu")) for s in (5, 5, 6)]
+    runs = [resolve_and_run(method, problem, RunContext(seed=s, profile="smoke", num_draws=200)) for s in (5, 5, 6)]
     assert torch.equal(runs[0].draws.model_index, runs[1].draws.model_index)
     assert torch.equal(runs[0].draws.theta, runs[1].draws.theta)
     if runs[0].metrics_scope == "all":  # a point estimate (one graph) may well be the same for two seeds
@@ -174,11 +178,29 @@ def test_method_is_reproducible_by_seed(method_name: str) -> None:
 @pytest.mark.parametrize("method_name", METHODS)
 def test_method_runs_through_the_harness(method_name: str) -> None:
     problem = _first_supported_problem(method_name)
-    record = execute(
-        problem, make_method(method_name), Budget("smoke"), 0, torch.device("cpu"), gold_draws(problem, 1000)
-    )
+    method = make_method(method_name).resolve(problem, "smoke")
+    record = execute(problem, method, RunContext(seed=0, profile="smoke"), gold_draws(problem, 1000))
     assert record["status"] == "ok", record["reason"]
     assert record["method_settings"] and record["environment"]["dtype"] == "float64"
+
+
+@pytest.mark.parametrize("method_name", METHODS)
+def test_method_traces_its_running_estimate(method_name: str) -> None:
+    """At least 5 snapshots at increasing times and iterations, the last one equal to the result (issue 19)."""
+    problem = _first_supported_problem(method_name)
+    context = RunContext(seed=0, profile="smoke", num_draws=200)
+    result = resolve_and_run(make_method(method_name), problem, context)
+    assert result.status == "ok", result.reason
+    snapshots = context.snapshots
+    assert len(snapshots) >= 5
+    seconds = [snap.seconds for snap in snapshots]
+    iterations = [snap.iteration for snap in snapshots]
+    assert all(b > a for a, b in itertools.pairwise(seconds)), seconds
+    assert all(b > a for a, b in itertools.pairwise(iterations)), iterations
+    last = snapshots[-1].estimate.model_probs
+    assert last is not None and result.model_probs is not None
+    assert torch.equal(last.index, result.model_probs.index)
+    assert torch.equal(last.prob, result.model_probs.prob.to(torch.float64))
 
 
 @pytest.mark.parametrize("name", PROBLEMS)

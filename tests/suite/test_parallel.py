@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from suite import parallel as par
-from suite.method import Budget
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Generous: a loaded CI machine may take seconds to schedule a dying process.
@@ -121,10 +120,7 @@ def test_a_dead_worker_fails_the_remaining_runs_without_raising(tmp_path: Path) 
     argv = ["--problems", "sas", "--methods", "rjmcmc-baseline", "--profile", "smoke", "--seeds", "6"]
     args = build_parser().parse_args([*argv, "--no-progress", "--eval-draws", "300", "--out", str(tmp_path)])
     plan, _ = plan_runs(args, _validate(args))
-    specs = [
-        par.RunSpec(run.key, {**run.method.options(), "progress": False}, Budget("smoke"), "cpu", 300, tmp_path, 2, 1)
-        for run in plan
-    ]
+    specs = [par.RunSpec(run.key, run.method.options(), "smoke", 4096, "cpu", 300, tmp_path, 2, 1) for run in plan]
     outcomes = []
     for outcome in par.run_in_workers(specs, jobs=2, threads=1):
         if not outcomes:

@@ -45,7 +45,7 @@ def test_entry_point_plugins_are_loaded(monkeypatch: pytest.MonkeyPatch) -> None
     class PluginMethod(Method):
         """A plug-in method."""
 
-        def run(self, problem, budget, seed, device):  # pragma: no cover - never run
+        def run(self, problem, context):  # pragma: no cover - never run
             raise NotImplementedError
 
     class FakeEntryPoint:
@@ -62,6 +62,36 @@ def test_entry_point_plugins_are_loaded(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(registry, "_METHODS", dict(registry._METHODS))
     assert registry.available_methods()["plugin-method"] == "A plug-in method."
     assert registry.method_class("plugin-method") is PluginMethod
+
+
+class OldSignature(Method):
+    """A method written against the contract before the run context."""
+
+    def run(self, problem, budget, seed, device):  # pragma: no cover - never run
+        raise NotImplementedError
+
+
+def test_a_method_with_the_old_run_signature_is_refused_with_what_changed() -> None:
+    with pytest.raises(TypeError, match=r"run\(self, problem, budget, seed, device\).*run\(self, problem, context\)"):
+        registry.register_method("old-signature")(OldSignature)
+    assert "old-signature" not in registry._METHODS
+
+
+def test_an_old_signature_plugin_is_refused_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    class FakeEntryPoint:
+        name = "old-plugin"
+
+        def load(self) -> type:
+            return OldSignature
+
+    monkeypatch.setattr(
+        registry, "entry_points", lambda group: [FakeEntryPoint()] if group == "tdbench.methods" else []
+    )
+    monkeypatch.setattr(registry, "_loaded", False)
+    monkeypatch.setattr(registry, "_METHODS", dict(registry._METHODS))
+    with pytest.warns(UserWarning, match="old-plugin.*refused.*RunContext"):
+        methods_now = registry.available_methods()
+    assert "old-plugin" not in methods_now
 
 
 def test_duplicate_names_are_refused() -> None:

@@ -4,7 +4,8 @@ import torch
 from torch import Tensor
 
 from problems.sas.problem import SinhArcsinh
-from suite.method import Budget, Method, Result
+from suite.context import RunContext
+from suite.method import Method, Result
 from suite.runner import NON_FINITE_TARGET, TARGET_CHECK_DRAWS, execute, target_finite_somewhere
 from suite.types import Draws
 from tests.broken_targets import NaNSas
@@ -17,13 +18,13 @@ class ExactDraws(Method):
 
     name = "exact-draws"
 
-    def run(self, problem, budget, seed, device):
-        draws = SinhArcsinh().reference_draws(5000, torch.Generator().manual_seed(seed))
+    def run(self, problem, context):
+        draws = SinhArcsinh().reference_draws(5000, torch.Generator().manual_seed(context.seed))
         return Result(model_probs=SinhArcsinh().reference_model_probs(), draws=draws, timings={"sample": 0.0})
 
 
 def test_draws_where_the_target_is_nan_everywhere_fail_the_run() -> None:
-    record = execute(NaNSas(), ExactDraws(), Budget("smoke"), 0, CPU)
+    record = execute(NaNSas(), ExactDraws(), RunContext(seed=0))
     assert record["status"] == "failed"
     assert record["reason"] == NON_FINITE_TARGET
     assert "model_prob_tv" not in record["metrics"]
@@ -31,7 +32,7 @@ def test_draws_where_the_target_is_nan_everywhere_fail_the_run() -> None:
 
 
 def test_the_guard_passes_a_target_that_is_finite_at_the_draws() -> None:
-    record = execute(SinhArcsinh(), ExactDraws(), Budget("smoke"), 0, CPU)
+    record = execute(SinhArcsinh(), ExactDraws(), RunContext(seed=0))
     assert record["status"] == "ok", record["reason"]
     assert record["metrics"]["model_prob_tv"]["value"] == 0.0
 

@@ -3,9 +3,10 @@
 import pytest
 import torch
 
-from suite.method import Budget, Result
+from suite.context import RunContext
+from suite.method import Result
 from suite.registry import make_method, make_problem
-from suite.runner import negative_elbo
+from suite.runner import negative_elbo, resolve_and_run
 
 CPU = torch.device("cpu")
 
@@ -18,8 +19,8 @@ def test_importance_sampled_evidence_recovers_sas() -> None:
     errors that understate the error (the README says so). MIF's evidence is checked on the funnel.
     """
     name = "fr"
-    method = make_method(name, num_iterations=300, batch_size=64, evidence_draws=20_000, progress=False)
-    result = method.run(make_problem("sas"), Budget("smoke", num_draws=512), 0, CPU)
+    method = make_method(name, num_iterations=300, batch_size=64, evidence_draws=20_000)
+    result = resolve_and_run(method, make_problem("sas"), RunContext(seed=0, profile="smoke", num_draws=512))
     assert result.status == "ok"
     probs, se = result.model_probs.prob, result.model_probs.se
     assert float(probs.sum()) == pytest.approx(1.0)
@@ -30,20 +31,33 @@ def test_importance_sampled_evidence_recovers_sas() -> None:
 
 
 def test_methods_refuse_spaces_too_large_to_enumerate() -> None:
-    method = make_method("mif", progress=False)
+    method = make_method("mif")
     problem = make_problem("linear-dag")
     reason = method.supports(problem)
     assert reason is not None and "max_models" in reason
     with pytest.raises(ValueError, match="cannot run"):
-        method.run(problem, Budget("smoke"), 0, CPU)
+        resolve_and_run(method, problem, RunContext(seed=0, profile="smoke"))
 
 
 def test_bad_options_fail_before_work() -> None:
     problem = make_problem("funnel")
     with pytest.raises(ValueError, match="valid: z, eps"):
-        make_method("mif", conditioning="x").settings(problem, Budget("smoke"))
+        make_method("mif", conditioning="x").resolve(problem, "smoke")
     with pytest.raises(ValueError, match="learning_rates"):
-        make_method("mf", learning_rates=(0.0,)).settings(problem, Budget("smoke"))
+        make_method("mf", learning_rates=(0.0,)).resolve(problem, "smoke")
+    with pytest.raises(ValueError, match="valid: constant, cosine"):
+        make_method("iaf", schedule="linear").resolve(problem, "smoke")
+
+
+@pytest.mark.parametrize("name", ["mif", "mf", "fr", "fr-vip", "iaf"])
+def test_every_profile_resolves_to_typed_options(name: str) -> None:
+    """Only MIF has ``init``: the others' presets leave it out; learning rates become a tuple of floats."""
+    problem = make_problem("sas")
+    for profile in ("smoke", "quick", "paper"):
+        resolved = make_method(name).resolve(problem, profile)
+        assert isinstance(resolved.num_iterations, int) and isinstance(resolved.learning_rates, tuple)
+        assert all(isinstance(rate, float) for rate in resolved.learning_rates)
+    assert make_method(name, learning_rates=[1, 0.5]).resolve(problem, "smoke").learning_rates == (1.0, 0.5)
 
 
 def test_negative_elbo_of_the_exact_posterior_is_minus_log_evidence() -> None:
@@ -60,9 +74,9 @@ def test_negative_elbo_of_the_exact_posterior_is_minus_log_evidence() -> None:
 
 def test_mean_field_on_the_funnel_reaches_its_known_gap() -> None:
     """MF on the 10-D funnel: -ELBO = KL(q || pi) >= 0, and the paper's optimum is 1.86 nats."""
-    method = make_method("mf", num_iterations=600, batch_size=64, evidence_draws=4096, progress=False)
+    method = make_method("mf", num_iterations=600, batch_size=64, evidence_draws=4096)
     problem = make_problem("funnel")
-    result = method.run(problem, Budget("smoke"), 0, CPU)
+    result = resolve_and_run(method, problem, RunContext(seed=0, profile="smoke"))
     estimate = negative_elbo(problem, result, CPU, torch.float64, num_draws=20_000)
     assert estimate.value > 0 and abs(estimate.value - 1.86) < 0.1 + 5 * estimate.se
 
@@ -74,7 +88,7 @@ def _quick_neg_elbo(name: str, problem_name: str, seed: int = 0) -> float:
     also agree with the truth within 4 of its standard errors (plus 0.005 for the delta method).
     """
     problem = make_problem(problem_name)
-    result = make_method(name, progress=False).run(problem, Budget("quick", num_draws=256), seed, CPU)
+    result = resolve_and_run(make_method(name), problem, RunContext(seed=seed, profile="quick", num_draws=256))
     assert result.status == "ok", result.reason
     estimate = negative_elbo(problem, result, CPU, torch.float64)
     assert estimate.se is not None and estimate.se < 0.01
@@ -103,6 +117,6 @@ def test_quick_mif_on_eight_schools_is_within_the_papers_bar() -> None:
 
 
 def test_mif_says_when_a_problem_gives_no_prior_functions() -> None:
-    result = make_method("mif", progress=False).run(make_problem("sas"), Budget("smoke", num_draws=64), 0, CPU)
+    result = resolve_and_run(make_method("mif"), make_problem("sas"), RunContext(seed=0, profile="smoke", num_draws=64))
     assert result.status == "ok" and result.diagnostics["prior_inputs"] is False
     assert "no prior location/scale" in result.diagnostics["prior_note"]

@@ -1,17 +1,26 @@
 """rjmcmc-baseline and rjmcmc-naive on targets with exactly known model probabilities."""
 
+import dataclasses
+from itertools import pairwise
+
 import pytest
 import torch
 
-from suite.method import Budget
+from methods.rjmcmc import baseline
+from methods.rjmcmc.baseline import _KeptDraws
+from methods.rjmcmc.kernels import ChainState
+from suite.context import RunContext
 from suite.registry import make_method, make_problem
+from suite.runner import execute, resolve_and_run
+from suite.trace import score_trace
 
-CPU = torch.device("cpu")
+#: Options of a short run on robust-vs-p24 (2^24 models): counted over the kept models, not densely.
+SPARSE = {"num_chains": 64, "burn_in": 40, "num_iterations": 60, "thin": 3}
 
 
 def test_baseline_recovers_sas_model_probabilities() -> None:
-    # Issue acceptance check: P(k=2) = 0.75 within 0.01 with 1024 chains and a fixed seed.
-    result = make_method("rjmcmc-baseline", progress=False).run(make_problem("sas"), Budget("quick"), 0, CPU)
+    # Issue acceptance check: P(k=2) = 0.75 within 0.01 with the quick profile and a fixed seed.
+    result = resolve_and_run(make_method("rjmcmc-baseline"), make_problem("sas"), RunContext(seed=0, profile="quick"))
     p2 = result.model_probs.dense(2)[1].item()
     assert abs(p2 - 0.75) < 0.01
     # The reported standard error must be honest: the error is within 4 of them.
@@ -20,8 +29,8 @@ def test_baseline_recovers_sas_model_probabilities() -> None:
 
 
 def test_baseline_recovers_gaussian_models(gaussian_models) -> None:
-    method = make_method("rjmcmc-baseline", num_chains=1024, burn_in=500, num_iterations=2000, thin=10, progress=False)
-    result = method.run(gaussian_models, Budget("quick"), 1, CPU)
+    method = make_method("rjmcmc-baseline", num_chains=1024, burn_in=500, num_iterations=2000, thin=10)
+    result = resolve_and_run(method, gaussian_models, RunContext(seed=1, profile="quick"))
     truth = torch.tensor(gaussian_models.WEIGHTS, dtype=torch.float64)
     est = result.model_probs.dense(4)
     assert (est - truth).abs().max() < 0.01
@@ -30,7 +39,7 @@ def test_baseline_recovers_gaussian_models(gaussian_models) -> None:
 
 def test_cross_entropy_density_is_close_to_the_target_entropy(gaussian_models) -> None:
     # Gaussian targets: the fitted density should reach H(pi) up to MC error and the small fit error.
-    result = make_method("rjmcmc-baseline", progress=False).run(gaussian_models, Budget("smoke"), 2, CPU)
+    result = resolve_and_run(make_method("rjmcmc-baseline"), gaussian_models, RunContext(seed=2, profile="smoke"))
     draws = gaussian_models.reference_draws(20_000, torch.Generator().manual_seed(9))
     entropy = -gaussian_models.log_joint(draws.model_index, draws.theta).mean()
     cross = -result.log_density(draws.model_index, draws.theta).mean()
@@ -41,14 +50,150 @@ def test_cross_entropy_density_is_close_to_the_target_entropy(gaussian_models) -
 
 
 def test_naive_variant_uses_raw_coordinates() -> None:
-    method = make_method("rjmcmc-naive", progress=False)
-    assert method.settings(make_problem("sas"), Budget("smoke"))["matching"] == "identity"
+    method = make_method("rjmcmc-naive")
+    assert method.resolve(make_problem("sas"), "smoke").matching == "identity"
     # On sas the shared coordinate has disjoint supports across models, so raw jumps almost never pass.
-    result = method.run(make_problem("sas"), Budget("smoke"), 0, CPU)
+    result = resolve_and_run(method, make_problem("sas"), RunContext(seed=0, profile="smoke"))
     assert result.diagnostics["accept_between"] < 0.01
 
 
 @pytest.mark.parametrize("bad", [{"num_chains": 0}, {"thin": -1}, {"aux_scale": 0.0}, {"matching": "magic"}])
 def test_bad_settings_are_refused(bad: dict) -> None:
     with pytest.raises(ValueError):
-        make_method("rjmcmc-baseline", **bad).settings(make_problem("sas"), Budget("smoke"))
+        make_method("rjmcmc-baseline", **bad).resolve(make_problem("sas"), "smoke")
+
+
+def test_options_are_resolved_once_into_a_frozen_value() -> None:
+    resolved = make_method("rjmcmc-baseline", thin=3).resolve(make_problem("sas"), "smoke")
+    assert (resolved.num_chains, resolved.burn_in, resolved.num_iterations, resolved.thin) == (256, 200, 400, 3)
+    assert resolved.burn_in_fraction == pytest.approx(1 / 3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        resolved.num_chains = 1  # type: ignore[misc]
+
+
+# ---------------------------------------------------------------------------------------- running estimates
+def _same_probs(a, b) -> bool:
+    return torch.equal(a.index, b.index) and torch.equal(a.prob, b.prob)
+
+
+def test_snapshots_on_sas_end_at_the_result() -> None:
+    context = RunContext(seed=0, profile="smoke")
+    result = resolve_and_run(make_method("rjmcmc-baseline"), make_problem("sas"), context)
+    snapshots = context.snapshots
+    assert len(snapshots) >= 5
+    seconds, iterations = [s.seconds for s in snapshots], [s.iteration for s in snapshots]
+    assert all(b > a for a, b in pairwise(seconds))
+    assert all(b > a for a, b in pairwise(iterations))
+    assert iterations[-1] == 200 + 400  # burn-in and sampling, counted over the whole run
+    assert _same_probs(snapshots[-1].estimate.model_probs, result.model_probs)
+
+
+def test_burn_in_snapshots_are_the_chains_current_models() -> None:
+    """Before burn-in ends a snapshot is the model frequencies of the 256 chains' current states."""
+    context = RunContext(seed=0, profile="smoke")
+    resolve_and_run(make_method("rjmcmc-baseline"), make_problem("sas"), context)
+    early = [s for s in context.snapshots if s.iteration <= 200]
+    assert len(early) >= 5
+    for snap in early:
+        counts = snap.estimate.model_probs.prob * 256
+        assert torch.equal(counts, counts.round()) and snap.estimate.model_probs.total() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("name", "options"), [("sas", {}), ("robust-vs", {**SPARSE, "num_chains": 128}), ("robust-vs-p24", SPARSE)]
+)
+def test_running_frequencies_at_the_end_equal_the_reported_probabilities(name: str, options: dict) -> None:
+    """Dense counts (sas, robust-vs) and the kept models of a space too large to count densely (robust-vs-p24)."""
+    context = RunContext(seed=1, profile="smoke")
+    result = resolve_and_run(make_method("rjmcmc-baseline", **options), make_problem(name), context)
+    assert result.status == "ok"
+    assert _same_probs(context.snapshots[-1].estimate.model_probs, result.model_probs)
+
+
+# -------------------------------------------------------------------------------------------- time budgets
+def test_budgeted_run_stops_near_its_budget_and_replays_bitwise() -> None:
+    problem, method = make_problem("sas"), make_method("rjmcmc-baseline")
+    timed = RunContext(seed=3, profile="smoke", time_budget_s=2.0)
+    result = resolve_and_run(method, problem, timed)
+    assert result.status == "ok"
+    assert timed.clock.elapsed() < 2.0 + 3.0  # generous: one iteration plus the density fit, on a busy machine
+    counts = timed.counts
+    assert 0 < counts["burn_in_end"] < counts["stop"]
+    assert result.diagnostics["burn_in_iterations"] == counts["burn_in_end"]
+    assert result.diagnostics["sampling_iterations"] == counts["stop"] - counts["burn_in_end"]
+    assert result.diagnostics["sampling_iterations"] % 4 == 0  # stops after whole thinning intervals (thin 4)
+    assert len(timed.snapshots) >= 5 and timed.snapshots[-1].iteration == counts["stop"]
+    assert _same_probs(timed.snapshots[-1].estimate.model_probs, result.model_probs)
+
+    replayed = RunContext(seed=3, profile="smoke", time_budget_s=2.0, replay=counts)
+    again = resolve_and_run(method, problem, replayed)
+    assert torch.equal(again.model_probs.prob, result.model_probs.prob)
+    assert torch.equal(again.model_probs.se, result.model_probs.se)
+    assert torch.equal(again.draws.model_index, result.draws.model_index)
+    assert torch.equal(again.draws.theta, result.draws.theta)
+    assert [s.iteration for s in replayed.snapshots] == [s.iteration for s in timed.snapshots]
+
+
+def test_budgeted_run_on_a_space_too_large_to_count_densely() -> None:
+    """robust-vs-p24: the running estimate is the kept models so far, and the last one is the result."""
+    context = RunContext(seed=0, profile="smoke", time_budget_s=1.5)
+    result = resolve_and_run(make_method("rjmcmc-baseline", **SPARSE), make_problem("robust-vs-p24"), context)
+    assert result.status == "ok" and result.diagnostics["sampling_iterations"] % SPARSE["thin"] == 0
+    assert _same_probs(context.snapshots[-1].estimate.model_probs, result.model_probs)
+
+
+def test_a_tiny_budget_is_a_failed_run_saying_so() -> None:
+    """1e-4 s ends burn-in before its first iteration and leaves no iteration after it: no visit, no estimate."""
+    problem = make_problem("sas")
+    method = make_method("rjmcmc-baseline").resolve(problem, "smoke")
+    record = execute(problem, method, RunContext(seed=0, profile="smoke", time_budget_s=1e-4))
+    assert record["status"] == "failed"
+    assert "time budget too small" in record["reason"] and "burn-in" in record["reason"]
+
+
+def test_replayed_counts_must_say_where_burn_in_and_sampling_end() -> None:
+    with pytest.raises(ValueError, match="'stop', 'burn_in_end'"):
+        resolve_and_run(
+            make_method("rjmcmc-baseline"), make_problem("sas"), RunContext(seed=0, replay={"snapshots": []})
+        )
+
+
+def test_tv_trace_falls_on_sas() -> None:
+    """The first point (1% of 3 s) comes a few dozen iterations of 1026 chains into burn-in, at most, on a CPU:
+    the chains' current models are still far from pi (TV 0.05-0.7, and 0.75 x 1026 models is no whole number, so
+    not 0 by chance even if they had mixed); the last is the visit frequencies of hundreds of thousands of
+    chain-steps."""
+    problem = make_problem("sas")
+    method = make_method("rjmcmc-baseline", num_chains=1026).resolve(problem, "smoke")
+    context = RunContext(seed=0, profile="smoke", time_budget_s=3.0)
+    record = execute(problem, method, context)
+    assert record["status"] == "ok"
+    tv = score_trace(problem, context.snapshots)["metrics"]["model_prob_tv"]
+    assert len(tv) >= 5 and tv[-1] < tv[0]
+    assert record["trace"]["metrics"]["model_prob_tv"] == tv
+
+
+def test_kept_draws_grow_and_then_thin_evenly() -> None:
+    """A budgeted run's buffer doubles up to its cap, then drops every other row and doubles the thinning."""
+    kept = _KeptDraws(rows=2, max_rows=8, thin=3, num_chains=2, dim=1)
+    kept.allocate(torch.float64, torch.device("cpu"))
+    sampled = 0
+    for _ in range(100):
+        sampled += 1
+        if sampled % kept.thin == 0:
+            kept.keep(ChainState(torch.full((2,), sampled), torch.full((2, 1), float(sampled)), torch.zeros(2)))
+    # Rows stay every kept.thin-th iteration after burn-in, from the first one.
+    assert kept.thin == 24 and len(kept) == 100 // 24  # halved at 24 (thin 6), 48 (thin 12) and 96 (thin 24)
+    assert kept.models()[:, 0].tolist() == [24, 48, 72, 96]
+    assert torch.equal(kept.theta()[:, 1, 0], kept.models()[:, 1].double())
+    assert kept.models().shape[0] <= 8
+
+
+def test_budgeted_run_past_the_kept_cap(monkeypatch) -> None:
+    monkeypatch.setattr(baseline, "MAX_KEPT_VALUES", 64 * 2 * 8)  # 8 rows of 64 chains x 2 coordinates
+    context = RunContext(seed=0, profile="smoke", time_budget_s=1.0)
+    result = resolve_and_run(make_method("rjmcmc-baseline", num_chains=64, thin=2), make_problem("sas"), context)
+    assert result.status == "ok"
+    diagnostics = result.diagnostics
+    assert diagnostics["thin_effective"] > 2 and diagnostics["num_kept_draws"] <= 64 * 8
+    assert diagnostics["num_kept_draws"] == 64 * (diagnostics["sampling_iterations"] // diagnostics["thin_effective"])

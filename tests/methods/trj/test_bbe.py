@@ -12,8 +12,9 @@ import torch
 from methods.trj.bbe import MAX_SIDE_VARIANCE, MIN_EXPECTED_ACCEPTS, PairStatistics
 from methods.trj.method import _TransportRJ
 from methods.trj.sampler import ChainRun, GroupedPairStatistics
-from suite.method import Budget
+from suite.context import RunContext
 from suite.registry import make_method, make_problem
+from suite.runner import resolve_and_run
 
 #: Proposals per direction of every well-measured pair: the log ratio of a pair then has a standard error of
 #: about sqrt(2 * 0.6 / 20000) ~ 0.008 (s = 1: var(alpha) / mean(alpha)^2 ~ 0.6), so probabilities err by ~1%.
@@ -159,9 +160,7 @@ def test_trj_with_poor_jumps_on_256_exact_models_is_not_captured_by_stray_pairs(
     are poor: before the fix 7 of seeds 0-9 gave TV 0.98-0.9998 (seed 0: q = 0.9996 on a model of truth 9e-5);
     after it seeds 0-9 gave TV 0.045-0.078. The bound leaves twice that seed-to-seed spread."""
     problem = make_problem("conjugate-vs-p8")
-    result = make_method("trj", transport="standard", progress=False).run(
-        problem, Budget("quick"), seed=0, device=torch.device("cpu")
-    )
+    result = resolve_and_run(make_method("trj", transport="standard"), problem, RunContext(seed=0, profile="quick"))
     assert result.status == "ok", result.reason
     truth = problem.reference_model_probs().dense(problem.num_models)
     assert _tv(result.model_probs.dense(problem.num_models), truth) < 0.15

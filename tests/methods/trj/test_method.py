@@ -8,16 +8,17 @@ import torch
 from methods.rjmcmc.kernels import ChainState
 from methods.trj.bbe import PairStatistics
 from methods.trj.kernels import JumpRecord, saturated_jump
-from suite.method import Budget
+from suite.context import RunContext
 from suite.registry import make_method, make_problem
+from suite.runner import resolve_and_run
 
 SAS_TRUTH = torch.tensor([0.25, 0.75], dtype=torch.float64)
 
 
 def _run(method_name: str, problem_name: str, **options):
     problem = make_problem(problem_name)
-    method = make_method(method_name, progress=False, **options)
-    return problem, method.run(problem, Budget("smoke"), seed=0, device=torch.device("cpu"))
+    method = make_method(method_name, **options)
+    return problem, resolve_and_run(method, problem, RunContext(seed=0, profile="smoke"))
 
 
 def test_trj_with_exact_transports_is_exact_on_sas() -> None:
@@ -67,7 +68,11 @@ def test_methods_refuse_what_they_cannot_do() -> None:
     assert "more than max_models=256" in make_method("trj").supports(make_problem("linear-dag"))
     assert "lopes-west" in make_method("trj", transport="lopes-west").supports(make_problem("sas"))
     with pytest.raises(ValueError, match="valid: rq, affine"):
-        make_method("trj", transport="flowy").settings(make_problem("sas"), Budget("smoke"))
+        make_method("trj", transport="flowy").resolve(make_problem("sas"), "smoke")
+    with pytest.raises(ValueError, match="valid: bbe, visits"):
+        make_method("ctrj", estimator="bridge").resolve(make_problem("sas"), "smoke")
+    with pytest.raises(ValueError, match="num_chains must be positive"):
+        make_method("trj", num_chains=0).resolve(make_problem("sas"), "smoke")
 
 
 class _PerturbedExact:

@@ -7,18 +7,24 @@ import torch
 from torch import Tensor
 
 from methods.vti.training import MAX_BAD_ITERATIONS
-from suite.method import Budget
+from suite.context import RunContext
+from suite.method import Result
 from suite.registry import make_method, make_problem
+from suite.runner import resolve_and_run
 
-CPU = torch.device("cpu")
 METHODS = ("vti-surrogate", "vti-mcg")
+
+
+def _run(method, problem, seed: int = 0, profile: str = "smoke", **context) -> Result:
+    """Resolve ``method`` for ``problem`` and run it on the CPU."""
+    return resolve_and_run(method, problem, RunContext(seed=seed, profile=profile, **context))
 
 
 @pytest.mark.parametrize("name", METHODS)
 def test_recovers_gaussian_model_probabilities_and_densities(name: str, gaussian_models) -> None:
     """Affine flows contain every Gaussian, so the ELBO of each model reaches log Z_m and q(m) the weights."""
-    method = make_method(name, flow="affine(2,2)", num_iterations=600, warmup_iterations=150, progress=False)
-    result = method.run(gaussian_models, Budget("quick", num_draws=2000), 0, CPU)
+    method = make_method(name, flow="affine(2,2)", num_iterations=600, warmup_iterations=150)
+    result = _run(method, gaussian_models, profile="quick", num_draws=2000)
     assert result.status == "ok", result.reason
     truth = torch.tensor(gaussian_models.WEIGHTS, dtype=torch.float64)
     estimate = result.model_probs.dense(4)
@@ -36,7 +42,7 @@ def test_recovers_gaussian_model_probabilities_and_densities(name: str, gaussian
 
 @pytest.mark.parametrize("name", METHODS)
 def test_float32_runs(name: str) -> None:
-    result = make_method(name, dtype="float32", progress=False).run(make_problem("sas"), Budget("smoke"), 0, CPU)
+    result = _run(make_method(name), make_problem("sas"), dtype=torch.float32)
     assert result.status == "ok", result.reason
     assert result.draws.theta.dtype == torch.float32
     assert abs(result.model_probs.total() - 1.0) < 1e-6
@@ -60,7 +66,7 @@ class _NaNAfter:
 @pytest.mark.parametrize("name", METHODS)
 def test_nan_losses_end_the_run_as_failed_with_the_iteration(name: str) -> None:
     problem = _NaNAfter(make_problem("sas"), start=40)
-    result = make_method(name, progress=False).run(problem, Budget("smoke"), 0, CPU)
+    result = _run(make_method(name), problem)
     assert result.status == "failed"
     assert "diverged at iteration" in result.reason and "no finite ELBO" in result.reason
     assert result.diagnostics["iteration"] >= 40
@@ -82,7 +88,7 @@ class _OverflowBeyond3(_NaNAfter):
 def test_rows_at_minus_infinity_are_dropped_without_poisoning_the_gradient(name: str) -> None:
     """A few rows of a batch land beyond theta_0 = 3 (the tail of sas's second model, near 2.1): training goes on."""
     problem = _OverflowBeyond3(make_problem("sas"), start=0)
-    result = make_method(name, progress=False).run(problem, Budget("smoke"), 0, CPU)
+    result = _run(make_method(name), problem)
     assert result.status == "ok", result.reason
     assert abs(result.model_probs.total() - 1.0) < 1e-9
 
@@ -105,13 +111,13 @@ class _ExplodingBatches(_NaNAfter):
 @pytest.mark.parametrize("name", METHODS)
 def test_a_few_exploded_batches_are_learnt_from_and_a_run_of_them_ends_the_training(name: str) -> None:
     """One draw 1e15 nats out: its clipped step is taken and counted; 20 such batches in a row mean divergence."""
-    method = make_method(name, progress=False)
-    transient = method.run(_ExplodingBatches(make_problem("sas"), 50, 53), Budget("smoke"), 0, CPU)
+    method = make_method(name)
+    transient = _run(method, _ExplodingBatches(make_problem("sas"), 50, 53))
     assert transient.status == "ok", transient.reason
     assert transient.diagnostics["exploded_iterations"] == 3
-    plain = method.run(make_problem("sas"), Budget("smoke"), 0, CPU)
+    plain = _run(method, make_problem("sas"))
     assert plain.diagnostics["exploded_iterations"] == 0
-    persistent = method.run(_ExplodingBatches(make_problem("sas"), 50, 10**9), Budget("smoke"), 0, CPU)
+    persistent = _run(method, _ExplodingBatches(make_problem("sas"), 50, 10**9))
     assert persistent.status == "failed"
     assert f"loss above 1e+12 for {MAX_BAD_ITERATIONS} iterations" in persistent.reason
     assert persistent.diagnostics["iteration"] == 50 + MAX_BAD_ITERATIONS - 1  # calls 51.. are iterations 50..
@@ -129,15 +135,15 @@ def test_a_few_exploded_batches_are_learnt_from_and_a_run_of_them_ends_the_train
 )
 def test_bad_settings_are_refused_before_work(options: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        make_method("vti-surrogate", **options).settings(make_problem("sas"), Budget("smoke"))
+        make_method("vti-surrogate", **options).resolve(make_problem("sas"), "smoke")
 
 
 @pytest.mark.parametrize("name", METHODS)
 def test_replicates_report_the_training_with_the_lowest_terminal_loss(name: str) -> None:
     """VTI App. F.4's protocol: R trainings, the lowest terminal loss kept; replicate 0 is the plain run's seed."""
-    options = {"num_iterations": 60, "warmup_iterations": 10, "progress": False}
-    plain = make_method(name, **options).run(make_problem("sas"), Budget("smoke", num_draws=50), 3, CPU)
-    result = make_method(name, replicates=3, **options).run(make_problem("sas"), Budget("smoke", num_draws=50), 3, CPU)
+    options = {"num_iterations": 60, "warmup_iterations": 10}
+    plain = _run(make_method(name, **options), make_problem("sas"), seed=3, num_draws=50)
+    result = _run(make_method(name, replicates=3, **options), make_problem("sas"), seed=3, num_draws=50)
     assert plain.status == result.status == "ok", (plain.reason, result.reason)
     losses = result.diagnostics["replicate_terminal_losses"]
     assert len(losses) == 3 and len(set(losses)) == 3  # different seeds, different trainings
@@ -148,7 +154,7 @@ def test_replicates_report_the_training_with_the_lowest_terminal_loss(name: str)
 
 def test_replicates_fail_only_when_every_replicate_diverges() -> None:
     problem = _NaNAfter(make_problem("sas"), start=0)
-    result = make_method("vti-mcg", replicates=2, progress=False).run(problem, Budget("smoke"), 0, CPU)
+    result = _run(make_method("vti-mcg", replicates=2), problem)
     assert result.status == "failed" and result.reason.startswith("every replicate diverged")
     assert result.reason.count("diverged at iteration") == 2
 
@@ -157,23 +163,21 @@ def test_preset_sinh_arcsinh_flows_become_affine_on_large_problems() -> None:
     """dag-mlp (549 coordinates) gets affine(3,3) from the quick preset's sas(3,3); a flow asked for is kept."""
     large, small = make_problem("dag-mlp"), make_problem("robust-vs")
     for name in METHODS:
-        assert make_method(name).settings(large, Budget("quick"))["flow"] == "affine(3,3)"
-        assert make_method(name).settings(small, Budget("quick"))["flow"] == "sas(3,3)"
-        assert make_method(name, flow="sas(3,3)").settings(large, Budget("quick"))["flow"] == "sas(3,3)"
+        assert make_method(name).resolve(large, "quick").flow == "affine(3,3)"
+        assert make_method(name).resolve(small, "quick").flow == "sas(3,3)"
+        assert make_method(name, flow="sas(3,3)").resolve(large, "quick").flow == "sas(3,3)"
 
 
 def test_mcg_model_distribution_names_and_support() -> None:
     with pytest.raises(ValueError, match="valid: auto, categorical, made"):
-        make_method("vti-mcg", model_distribution="gumbel").settings(make_problem("sas"), Budget("smoke"))
+        make_method("vti-mcg", model_distribution="gumbel").resolve(make_problem("sas"), "smoke")
     # MADE needs bits: refused on a categorical space, accepted on robust-vs's binary one.
     assert "binary model space" in make_method("vti-mcg", model_distribution="made").supports(make_problem("sas"))
     assert make_method("vti-mcg", model_distribution="made").supports(make_problem("robust-vs")) is None
 
 
 def test_mcg_with_made_runs_on_a_binary_space() -> None:
-    result = make_method("vti-mcg", model_distribution="made", progress=False).run(
-        make_problem("robust-vs"), Budget("smoke", num_draws=500), 0, CPU
-    )
+    result = _run(make_method("vti-mcg", model_distribution="made"), make_problem("robust-vs"), num_draws=500)
     assert result.status == "ok", result.reason
     assert result.model_probs.index.numel() == 128
     assert abs(result.model_probs.total() - 1.0) < 1e-9
@@ -182,8 +186,8 @@ def test_mcg_with_made_runs_on_a_binary_space() -> None:
 def test_made_beyond_enumeration_reports_exact_q_at_the_models_it_draws() -> None:
     """Above 2^20 models q(m) is listed for the distinct drawn models, with the MADE's exact probabilities."""
     problem = make_problem("robust-vs-p24")
-    method = make_method("vti-mcg", progress=False, num_iterations=20, warmup_iterations=5, batch_size=64)
-    result = method.run(problem, Budget("smoke", num_draws=200), 0, CPU)
+    method = make_method("vti-mcg", num_iterations=20, warmup_iterations=5, batch_size=64)
+    result = _run(method, problem, num_draws=200)
     assert result.status == "ok", result.reason
     probs = result.model_probs
     assert probs.index.numel() > 1 and 0 < probs.total() <= 1 + 1e-9
@@ -203,8 +207,7 @@ def test_made_and_categorical_model_distributions_agree_on_robust_vs() -> None:
     problem = make_problem("robust-vs")
     probs = {}
     for kind in ("made", "categorical"):
-        method = make_method("vti-mcg", model_distribution=kind, progress=False)
-        result = method.run(problem, Budget("quick", num_draws=100), 0, CPU)
+        result = _run(make_method("vti-mcg", model_distribution=kind), problem, profile="quick", num_draws=100)
         assert result.status == "ok", result.reason
         probs[kind] = result.model_probs
     assert total_variation(probs["made"], probs["categorical"]) < 0.05
@@ -215,8 +218,8 @@ def test_vti_mcg_runs_made_plus_on_a_multi_word_dag_space() -> None:
     from problems.dag_mlp import SimulatedDAGMLP
 
     problem = SimulatedDAGMLP(num_nodes=4, hidden=2, num_samples=32)
-    method = make_method("vti-mcg", num_iterations=30, warmup_iterations=5, batch_size=64, progress=False)
-    result = method.run(problem, Budget(profile="smoke", num_draws=256), 0, torch.device("cpu"))
+    method = make_method("vti-mcg", num_iterations=30, warmup_iterations=5, batch_size=64)
+    result = _run(method, problem, num_draws=256)
     assert result.status == "ok", result.reason
     assert result.model_probs.index.shape[1] == 2 and result.draws.model_index.shape == (256, 2)
     assert 0 < result.model_probs.total() <= 1 + 1e-9
