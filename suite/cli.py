@@ -22,7 +22,7 @@ from suite import parallel as par
 from suite import records as rec
 from suite.curves import plot_curves
 from suite.dag_tables import dag_tables, format_dag_table
-from suite.harness import DEVICE_CHOICES, resolve_device, tune_allocator, warm_up_torch
+from suite.harness import DEVICE_CHOICES, resolve_device, tune_allocator
 from suite.leaderboard import (
     NOT_APPLICABLE,
     format_for_terminal,
@@ -505,7 +505,6 @@ def run_plan(plan: list[PlannedRun], args: argparse.Namespace, device: torch.dev
     if jobs > 1:
         outcomes = par.run_in_workers([spec(run) for run in todo], jobs, threads)
     else:
-        warm_up_torch()
         outcomes = _run_serially([spec(run) for run in todo], by_key, bar)
     for done, status, reason in outcomes:
         bar.update(1)

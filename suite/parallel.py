@@ -33,7 +33,7 @@ import torch
 from suite import checkpoints as ckpt
 from suite import records as rec
 from suite.context import RunContext
-from suite.harness import tune_allocator, warm_up_torch
+from suite.harness import tune_allocator
 from suite.method import DTYPES, Method
 from suite.problem import Problem
 from suite.registry import load_all, make_method, make_problem
@@ -82,7 +82,8 @@ def default_jobs(device: torch.device) -> int:
     return 1 if device.type == "cuda" else max(1, min(8, usable_cores()))
 
 
-_GOLD: dict[tuple[str, str], Draws | None] = {}
+#: Gold-standard draws by (problem, its options, number of draws), kept for the runs a process executes.
+_GOLD: dict[tuple[str, str, int], Draws | None] = {}
 PR_SET_PDEATHSIG = 1
 
 
@@ -138,7 +139,6 @@ def _init_worker(threads: int, parent_pid: int) -> None:
     _die_with_parent(parent_pid)
     torch.set_num_threads(threads)
     tune_allocator()
-    warm_up_torch()
     load_all()
 
 
@@ -147,7 +147,7 @@ def run_spec(spec: RunSpec, problem: Problem | None = None, method: Method | Non
     _exit_if_orphaned()  # a queued run handed to a worker whose parent has died is never started
     problem = make_problem(spec.key.problem, **spec.problem_options) if problem is None else problem
     method = make_method(spec.key.method, **spec.method_settings) if method is None else method
-    gold_key = (spec.key.problem, json.dumps(spec.problem_options, sort_keys=True))
+    gold_key = (spec.key.problem, json.dumps(spec.problem_options, sort_keys=True), spec.eval_draws)
     if gold_key not in _GOLD:
         _GOLD[gold_key] = gold_draws(problem, spec.eval_draws)
     plot_path = Path(spec.out) / "plots" / f"{Path(spec.key.filename).stem}.png"

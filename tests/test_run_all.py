@@ -146,6 +146,7 @@ def test_workers_rebuild_the_problem_with_its_options(tmp_path: Path, monkeypatc
 
     monkeypatch.setattr(par, "execute", fake_execute)
     monkeypatch.setattr(par, "gold_draws", lambda problem, num: None)
+    monkeypatch.setattr(par, "_GOLD", {})  # the fake draws must not stay cached for later runs in this process
     argv = ["--problems", "dag-mlp", "--methods", "vti-mcg", "--seeds", "1", "--out", str(tmp_path)]
     args = build_parser().parse_args([*argv, "--problem-option", "dag-mlp.num_samples=64"])
     key = plan_runs(args, _validate(args))[0][0].key
@@ -168,6 +169,7 @@ def test_runs_get_a_checkpoint_slot_that_is_removed_with_the_record(
 
     monkeypatch.setattr(par, "execute", fake_execute)
     monkeypatch.setattr(par, "gold_draws", lambda problem, num: None)
+    monkeypatch.setattr(par, "_GOLD", {})  # the fake draws must not stay cached for later runs in this process
     key = RunKey("sas", "vti-mcg", 0, {"x": 1})
     par.run_spec(par.RunSpec(key, {}, "smoke", 4096, "cpu", 10, tmp_path, 1, 1, checkpoint_every_s=every))
     if every:
