@@ -12,6 +12,7 @@ import torch
 
 from suite import metrics
 from suite.context import BudgetTooSmall, RunContext
+from suite.facts import problem_facts
 from suite.harness import PeakMemory, PhaseTimer, environment, warm_up_torch
 from suite.method import Method, Result
 from suite.model_space import model_keys
@@ -225,6 +226,7 @@ def execute(
     return {
         "problem": problem.name,
         "problem_config": _jsonable(problem.config()),
+        "problem_facts": problem_facts(problem),
         "method": method.name,
         "method_options": _jsonable(info.pop("method_options", method.options())),
         "method_settings": _jsonable(method.options()),
