@@ -1,13 +1,12 @@
 #!/usr/bin/env python3
-"""Run every registered method on every registered problem and print leaderboards.
+"""``python run_all.py ARGS`` is ``tdbench run ARGS``: run methods on problems, write records and the report.
 
-Usage: ``python run_all.py [--problems ...] [--methods ...] [--profile quick|paper] ...``;
-``python run_all.py --help`` lists the options.
+``python run_all.py --help`` lists the arguments; ``--report-only --out DIR`` rewrites a results folder's report.
 """
 
 import sys
 
-from suite.cli import main
+from suite.cli import run_all
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_all())

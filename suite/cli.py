@@ -1,4 +1,6 @@
-"""Command line of ``run_all.py``: plan runs, execute the unfinished ones, print leaderboards."""
+"""The ``tdbench`` command line: ``run`` (plan runs, execute the unfinished ones, report), ``list``, ``describe``,
+``report``. ``run_all.py ARGS`` is ``tdbench run ARGS``; so is ``tdbench ARGS`` without a subcommand.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import dataclasses
 import errno
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -20,20 +23,10 @@ from tqdm.auto import tqdm
 from suite import checkpoints as ckpt
 from suite import parallel as par
 from suite import records as rec
-from suite.curves import plot_curves
-from suite.dag_tables import dag_tables, format_dag_table
 from suite.harness import DEVICE_CHOICES, resolve_device, tune_allocator
-from suite.leaderboard import (
-    NOT_APPLICABLE,
-    format_for_terminal,
-    format_reported_comparison,
-    reference_kind,
-    reported_comparison,
-    write_leaderboards,
-)
+from suite.leaderboard import NOT_APPLICABLE
 from suite.method import DTYPES, PROFILES, Method
 from suite.options import OptionError, check_option, method_annotations, problem_annotations
-from suite.plots import plot_model_probs
 from suite.problem import Problem
 from suite.reference import store as reference_store
 from suite.registry import (
@@ -44,8 +37,9 @@ from suite.registry import (
     method_class,
     problem_class,
 )
+from suite.report import NOT_APPLICABLE_FILE, report_from_folder, write_report
 from suite.runner import _jsonable
-from suite.sweeps import format_sweep, plot_sweep, sweep_tables
+from suite.terminal import clip, summarise_not_applicable, wrap
 
 #: Gold-standard draws per problem used for cross-entropy, by profile.
 EVAL_DRAWS = {"smoke": 2_000, "quick": 10_000, "paper": 100_000}
@@ -109,15 +103,63 @@ class Skipped:
         }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``run_all.py``."""
+RUN_DESCRIPTION = (
+    "Run transdimensional samplers on benchmark problems, write every run's record, the leaderboards, plots and "
+    "index.html, and print the leaderboards. With no arguments: the quick profile of every registered problem "
+    "and method."
+)
+
+
+def build_parser(prog: str = "run_all.py") -> argparse.ArgumentParser:
+    """The argument parser of ``run`` (``run_all.py``), its usage line naming ``prog``."""
     parser = argparse.ArgumentParser(
-        prog="run_all.py",
-        description="Run transdimensional samplers on benchmark problems and print leaderboards. "
-        "With no arguments: the quick profile of every registered problem and method.",
+        prog=prog, description=RUN_DESCRIPTION, epilog=EXIT_RULES, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_run_arguments(parser)
+    return parser
+
+
+def build_tdbench_parser(prog: str = "tdbench") -> argparse.ArgumentParser:
+    """The argument parser of ``tdbench`` with its subcommands."""
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="tdbench: benchmark transdimensional samplers. "
+        f"'{prog} COMMAND -h' explains a command; '{prog} ARGS' without a command is '{prog} run ARGS'.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    run = commands.add_parser(
+        "run",
+        help="run methods on problems and write records, leaderboards and index.html",
+        description=RUN_DESCRIPTION,
         epilog=EXIT_RULES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_run_arguments(run)
+    commands.add_parser(
+        "list",
+        help="list the registered problems and methods",
+        description="List the registered problems and methods with their one-line descriptions.",
+    )
+    describe = commands.add_parser(
+        "describe",
+        help="a problem's or method's documentation, options with types, defaults and presets per profile",
+        description="Print a problem's or method's documentation and its options: types, defaults and, for a "
+        "method, the value each profile runs with.",
+    )
+    describe.add_argument("name", help="a problem or method name (see 'list')")
+    report = commands.add_parser(
+        "report",
+        help="rewrite leaderboards, plots and index.html from a results folder's records, without running",
+        description="Regenerate every leaderboard, plot and index.html of a results folder from its records alone "
+        "(no problem or method code is imported), and print the leaderboards.",
+    )
+    report.add_argument("out", type=_out_folder, metavar="RESULTS_DIR", help="a results folder holding records/")
+    report.add_argument("--wide", action="store_true", help="print the full leaderboards (lines over 120 columns)")
+    return parser
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``run``, shared by ``tdbench run`` and ``run_all.py``."""
     parser.add_argument("--problems", default="all", help="comma-separated problem names, or 'all' (default)")
     parser.add_argument("--methods", default="all", help="comma-separated method names, or 'all' (default)")
     parser.add_argument(
@@ -148,6 +190,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--list", action="store_true", help="list registered problems and methods, then exit")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    parser.add_argument("--wide", action="store_true", help="print the full leaderboards (lines over 120 columns)")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="run nothing: rewrite the leaderboards, plots and index.html of --out (default results/<profile>) "
+        "from its records",
+    )
     parser.add_argument(
         "--jobs",
         type=int,
@@ -198,10 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=ckpt.DEFAULT_EVERY_S,
         metavar="SECONDS",
         help="seconds between saves of a long run's state under OUT/checkpoints, so that an interrupted run resumes "
-        f"where it was when run_all.py is called again (methods that support it: the VTI ones; default "
+        f"where it was when the same command is run again (methods that support it: the VTI ones; default "
         f"{ckpt.DEFAULT_EVERY_S:g}; 0: never save)",
     )
-    return parser
 
 
 def _parse_assignments(
@@ -275,13 +323,16 @@ def print_registry() -> None:
     """Print every registered problem and method with its one-line description."""
     problems, methods = available_problems(), available_methods()
     width = max(map(len, [*problems, *methods]))
-    print("Problems:")
+    print("Problems (`tdbench describe NAME` for the full text):")
     for name, text in problems.items():
-        note = make_problem(name).unavailable_reason()
-        print(f"  {name:<{width}}  {text}" + (f"  [unavailable: {note}]" if note else ""))
+        problem = make_problem(name)
+        note = problem.unavailable_reason() or reference_store.reference_problem(problem)
+        print(clip(f"  {name:<{width}}  {text}"))
+        if note:  # why it cannot run here is never cut short
+            print("\n".join(wrap(f"unavailable: {note}", indent=" " * (width + 4))))
     print("Methods:")
     for name, text in methods.items():
-        print(f"  {name:<{width}}  {text}")
+        print(clip(f"  {name:<{width}}  {text}"))
 
 
 def plan_runs(args: argparse.Namespace, device: torch.device) -> tuple[list[PlannedRun], list[Skipped]]:
@@ -544,58 +595,69 @@ def earlier_records(args: argparse.Namespace, device: torch.device, plan: list[P
     return [rec.read_record(args.out, run.key) for run in extra if rec.is_finished(args.out, run.key)]
 
 
-def report(records: list[dict], out: Path, profile: str | None = None) -> None:
-    """Write and print the leaderboards and plots of ``records`` (of ``profile``, stated with each leaderboard)."""
-    if not records:
-        print("No runs planned: nothing to report.")
-        return
-    tables = write_leaderboards(records, out)
-    for problem, table in tables.items():
-        print()
-        print(format_for_terminal(problem, table, reference_kind(records, problem)))
-        if profile:
-            print(f"   profile: {profile}")
-        png = plot_model_probs(problem, records, out / f"leaderboard_{problem}.png")
-        if png:
-            print(f"   plot: {png}")
-        curves = plot_curves(problem, records, out / f"curves_{problem}.png")
-        if curves:
-            print(f"   error against time: {curves}")
-    for name, table in sweep_tables(records).items():
-        print()
-        print(format_sweep(name, table))
-        slug = "".join(c if c.isalnum() else "-" for c in name.split(" (")[0]).strip("-")
-        table.to_csv(out / f"sweep_{slug}.csv", index=False)
-        png = plot_sweep(name, table, out / f"sweep_{slug}.png")
-        if png:
-            print(f"   plot: {png}")
-    for problem, table in dag_tables(records).items():
-        print()
-        print(format_dag_table(problem, table))
-        table.to_csv(out / f"dag_table_{problem}.csv", index=False)
-    comparison = format_reported_comparison(reported_comparison(records))
-    if comparison:
-        (out / "reported_comparison.md").write_text("# Negative ELBO against the source papers\n\n" + comparison)
-        print("\n== Negative ELBO against the source papers (lower is better)")
-        print(comparison)
-    print(f"\nRecords, leaderboards (Markdown, CSV) and plots: {out}/")
+def save_not_applicable(out: Path, skipped: list[Skipped]) -> None:
+    """Add this run's not-applicable pairs to ``out/not_applicable.json``, so ``report`` shows them too."""
+    path = out / NOT_APPLICABLE_FILE
+    try:
+        earlier = json.loads(path.read_text()) if path.is_file() else []
+    except (OSError, ValueError):
+        earlier = []  # rewritten whole below
+    pairs = {(row["problem"], row["method"]): row for row in earlier if isinstance(row, dict) and "method" in row}
+    for note in skipped:
+        if note.method is not None:
+            pairs[(note.problem, note.method)] = {"problem": note.problem, "method": note.method, "reason": note.reason}
+    rows = [pairs[key] for key in sorted(pairs, key=lambda key: (str(key[0]), str(key[1])))]
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(rows, indent=1) + "\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the process exit code."""
+def report_path_line(out: Path) -> str:
+    """The last line of a run or report: where to open the report page (or the folder, without one)."""
+    page = out / "index.html"
+    return f"Report: {page}" if page.is_file() else f"Results: {out}/"
+
+
+def report_folder(out: Path, wide: bool, prog: str) -> int:
+    """``tdbench report DIR`` and ``run_all.py --report-only``: the report of ``out``'s records; the exit code."""
+    try:
+        text = report_from_folder(out, wide)
+    except ValueError as exc:  # no records, or one the report cannot read: named in the message
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        print(f"{prog}: error: disk full while writing {exc.filename or out}", file=sys.stderr)
+        return 1
+    print(text)
+    print(report_path_line(out))
+    return 0
+
+
+def run(args: argparse.Namespace, prog: str) -> int:
+    """``tdbench run`` (``run_all.py``): plan, execute the unfinished runs, write the report; the exit code."""
     tune_allocator()
-    args = build_parser().parse_args(argv)
     if args.list:
         print_registry()
         return 0
+    if args.report_only:
+        return report_folder(Path("results") / args.profile if args.out is None else args.out, args.wide, prog)
     try:
         device = _validate(args)
         plan, notes = plan_runs(args, device)
     except UsageError as exc:
-        print(f"run_all.py: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     for note in notes:
-        print(f"note: {note}")
+        if note.method is None:
+            print(f"note: {note}")
+    for line in summarise_not_applicable([note.as_record() for note in notes if note.method is not None]):
+        print(line)
     print(f"Profile {args.profile}: {len(plan)} runs on {device} ({args.dtype}), results in {args.out}")
     start = time.perf_counter()
     try:
@@ -606,7 +668,9 @@ def main(argv: list[str] | None = None) -> int:
             runs = f"{len(earlier)} earlier run{'s' if len(earlier) != 1 else ''}"
             print(f"\nThe leaderboards also show {runs} in {args.out} with the same settings: {', '.join(methods)}")
         not_applicable = [note.as_record() for note in notes if note.method is not None]
-        report(records + earlier + not_applicable, args.out, args.profile)
+        if not_applicable:
+            save_not_applicable(args.out, notes)
+        print(write_report(records + earlier + not_applicable, args.out, args.profile, args.wide))
     except KeyboardInterrupt:
         print(
             "\nInterrupted: finished runs are saved, and long trainings that save checkpoints continue from their last "
@@ -618,13 +682,66 @@ def main(argv: list[str] | None = None) -> int:
         if exc.errno != errno.ENOSPC:
             raise
         where = exc.filename or args.out
-        print(f"run_all.py: error: disk full while writing {where}; finished records are kept", file=sys.stderr)
+        print(f"{prog}: error: disk full while writing {where}; finished records are kept", file=sys.stderr)
         return 1
     print(f"Total time {time.perf_counter() - start:.1f} s")
-    return _summarise(records)
+    status = _summarise(records, prog)
+    if records:
+        print(report_path_line(args.out))
+    return status
 
 
-def _summarise(records: list[dict]) -> int:
+def describe_command(name: str, prog: str) -> int:
+    """``tdbench describe NAME``: print the problem's or method's description; the exit code."""
+    from suite.describe import UnknownName, describe
+
+    try:
+        print(describe(name))
+    except UnknownName as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def typed_command() -> str:
+    """The command as typed (``tdbench``, ``run_all.py``), for usage lines and error messages."""
+    return os.path.basename(sys.argv[0]) or "tdbench"
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """Entry point of ``tdbench``; returns the exit code. Arguments without a subcommand are ``run``'s.
+
+    ``prog`` names the command in usage lines and errors: by default the command typed, or for a call with
+    ``argv`` given, ``tdbench`` with a subcommand and ``run_all.py`` without.
+    """
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    # `run` takes no positional arguments: a first word is a subcommand (a misspelt one is refused by name).
+    subcommand = bool(arguments) and (not arguments[0].startswith("-") or arguments[0] in ("-h", "--help"))
+    if prog is None:
+        prog = typed_command() if argv is None else ("tdbench" if subcommand else "run_all.py")
+    if not subcommand and (arguments or prog == "run_all.py"):
+        return run_all(arguments, prog)
+    parser = build_tdbench_parser(prog)
+    if not arguments:  # a bare `tdbench`: what it can do, not a run of the whole quick profile
+        parser.print_help()
+        return 2
+    args = parser.parse_args(arguments)
+    if args.command == "run":
+        return run(args, f"{prog} run")
+    if args.command == "list":
+        print_registry()
+        return 0
+    if args.command == "describe":
+        return describe_command(args.name, prog)
+    return report_folder(args.out, args.wide, prog)
+
+
+def run_all(argv: list[str] | None = None, prog: str = "run_all.py") -> int:
+    """Entry point of ``run_all.py``, the alias of ``tdbench run``: the same arguments; returns the exit code."""
+    return run(build_parser(prog).parse_args(argv), prog)
+
+
+def _summarise(records: list[dict], prog: str = "run_all.py") -> int:
     """Print how many runs failed and return the exit status: 1 when a run ended without its record, else 0."""
     lost = [record for record in records if record.get(LOST)]
     failed = [record for record in records if record.get("status") != "ok" and not record.get(LOST)]
@@ -632,7 +749,7 @@ def _summarise(records: list[dict]) -> int:
         print(f"{len(failed)} of {len(records)} runs failed in their method (shown on the leaderboards with reasons)")
     if lost:
         print(
-            f"run_all.py: error: {len(lost)} of {len(records)} runs ended without a record (a worker crashed or an "
+            f"{prog}: error: {len(lost)} of {len(records)} runs ended without a record (a worker crashed or an "
             "error outside the method); run the same command again to retry them",
             file=sys.stderr,
         )

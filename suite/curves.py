@@ -87,7 +87,7 @@ def median_band(seeds: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray,
 def draw_curves(problem: str, records: list[dict[str, Any]]) -> Any | None:
     """The curves figure of ``problem`` (one line per method with a trace of the main metric), or None."""
     mine = [rec for rec in records if rec["problem"] == problem]
-    metric = main_metric(problem)
+    metric = main_metric(problem, mine)
     per_method = seed_series(mine, metric)
     if not per_method:
         return None

@@ -17,8 +17,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from suite.registry import problem_class
-
 LONG_COLUMNS = ["problem", "method", "seed", "config_hash", "metric", "value", "se", "status", "reason"]
 #: Column order of the summary tables (metrics absent for a problem are dropped).
 METRIC_ORDER = [
@@ -35,6 +33,17 @@ METRIC_ORDER = [
 LEGEND = "mean ± standard error over seeds; (MC ± x): the metric's own Monte Carlo error (gold draws / reference)"
 #: Status of a leaderboard row for a method that does not apply to a problem (no run, the reason shown).
 NOT_APPLICABLE = "not_applicable"
+#: Shown for a metric that was not computed (a computed NaN shows as ``nan``).
+MISSING = "-"
+#: How to add facts to records written before they were kept.
+FACTS_FIX = "python -m suite.facts RESULTS_DIR"
+#: Keys of ``problem_facts`` the report reads, with their types.
+FACT_TYPES: dict[str, type] = {
+    "main_metric": str,
+    "higher_is_better": list,
+    "reported_neg_elbo": dict,
+    "reported_dag_table": dict,
+}
 
 #: Stated accuracy per main metric for the time-to-reach column: (comparison, threshold). A main metric not listed
 #: (``neg_elbo``, ``cross_entropy``: end-of-run metrics with no trace) gets no such column.
@@ -90,12 +99,51 @@ def long_table(records: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=LONG_COLUMNS)
 
 
-def main_metric(problem: str) -> str:
-    """The metric a problem's leaderboard is sorted by."""
-    try:
-        return problem_class(problem).main_metric
-    except KeyError:
-        return "model_prob_tv"
+def record_file(record: dict[str, Any]) -> str:
+    """Where a run record is stored, relative to its results folder (``records/<problem>__<method>__...json``)."""
+    stem = f"{record['problem']}__{record['method']}__seed{record.get('seed')}__{record.get('config_hash')}"
+    return f"records/{stem}.json"
+
+
+def facts_problem(record: dict[str, Any], folder: Path | None = None) -> str | None:
+    """Why a record's ``problem_facts`` cannot be used (absent, or a key missing or of the wrong type), or None.
+
+    ``folder``: the results folder the record is in, named in the message with the command that adds facts.
+    """
+    name = record_file(record) if folder is None else str(Path(folder) / record_file(record))
+    facts = record.get("problem_facts")
+    if facts is None:
+        fix = FACTS_FIX if folder is None else FACTS_FIX.replace("RESULTS_DIR", str(folder))
+        return f"{name} has no problem_facts (written before records kept them); add them with `{fix}`"
+    if not isinstance(facts, dict):
+        return f"{name}: problem_facts is a {type(facts).__name__}, not an object"
+    for key, kind in FACT_TYPES.items():
+        if not isinstance(facts.get(key), kind):
+            return f"{name}: problem_facts[{key!r}] is missing or not a {kind.__name__}"
+    return None
+
+
+def problem_facts(records: list[dict[str, Any]], problem: str) -> dict[str, Any] | None:
+    """The facts of ``problem`` from its records (None when only rows without a run, or failed ones, mention it).
+
+    A successful run's record without usable facts raises ValueError naming the record and the fix; a failed
+    stand-in (a run that ended without its record) carries none and is passed over.
+    """
+    for rec in records:
+        if rec["problem"] != problem or rec["status"] == NOT_APPLICABLE:
+            continue
+        why = facts_problem(rec)
+        if why is None:
+            return rec["problem_facts"]
+        if rec["status"] == "ok":
+            raise ValueError(why)
+    return None
+
+
+def main_metric(problem: str, records: list[dict[str, Any]]) -> str:
+    """The metric a problem's leaderboard is sorted by (``model_prob_tv`` when no record states it)."""
+    facts = problem_facts(records, problem)
+    return "model_prob_tv" if facts is None else str(facts["main_metric"])
 
 
 def mean_and_se(values: pd.Series) -> tuple[float, float]:
@@ -108,17 +156,19 @@ def mean_and_se(values: pd.Series) -> tuple[float, float]:
     return float(np.mean(v)), float(np.std(v, ddof=1) / math.sqrt(len(v))) if len(v) > 1 else math.nan
 
 
-def summary_table(long: pd.DataFrame, problem: str, records: list[dict[str, Any]] | None = None) -> pd.DataFrame:
+def summary_table(long: pd.DataFrame, problem: str, records: list[dict[str, Any]]) -> pd.DataFrame:
     """Per-method mean and standard error over seeds of each metric, best first by the main metric.
 
-    With ``records`` the table also has the trace columns of :func:`trace_columns` (named in
-    ``table.attrs["trace"]``), and when the problem's runs share one time budget it is sorted by the main metric at
-    that budget (the median over seeds of the final values).
+    The table also has the trace columns of :func:`trace_columns` (named in ``table.attrs["trace"]``), and when the
+    problem's runs share one time budget it is sorted by the main metric at that budget (the median over seeds of
+    the final values). ``table.attrs`` also holds ``main_metric``, ``higher_is_better`` (from the records' facts)
+    and ``nan_cells``: the (method, metric) cells whose NaN was computed (shown ``nan``; other NaNs: not computed).
     """
     sub = long[long["problem"] == problem]
     metrics = [m for m in METRIC_ORDER if m in set(sub["metric"])]
     metrics += sorted(set(sub["metric"]) - set(metrics) - {"status"})
     out = []
+    nan_cells: set[tuple[str, str]] = set()
     for method, group in sub.groupby("method", sort=True):
         ok = group[group["status"] == "ok"]
         failed = group[~group["status"].isin(["ok", NOT_APPLICABLE])]
@@ -130,6 +180,8 @@ def summary_table(long: pd.DataFrame, problem: str, records: list[dict[str, Any]
         for metric in metrics:
             values = ok[ok["metric"] == metric]
             row[metric], row[f"{metric}_se"] = mean_and_se(values["value"])
+            if len(values) and math.isnan(row[metric]):
+                nan_cells.add((str(method), metric))
             if values["se"].notna().any():  # the estimator's own Monte Carlo error, averaged over seeds
                 row[f"{metric}_mc_se"] = float(values["se"].mean())
         reasons = sorted(set(failed["reason"].dropna()))
@@ -137,24 +189,43 @@ def summary_table(long: pd.DataFrame, problem: str, records: list[dict[str, Any]
         row["not_applicable"] = "; ".join(sorted(set(group.loc[group["status"] == NOT_APPLICABLE, "reason"].dropna())))
         out.append(row)
     table = pd.DataFrame(out)
+    key = main_metric(problem, records)
+    higher = higher_is_better(problem, records)
     if table.empty:
         return table
-    key = main_metric(problem)
-    ascending = key not in higher_is_better(problem)
+    ascending = key not in higher
     if key in table:
         table = table.sort_values(key, ascending=ascending, na_position="last", kind="stable")
-    info: dict[str, Any] = {}
-    if records is not None:
-        columns, info = trace_columns(records, problem)
-        if info:
-            for name in info["columns"]:
-                table[name] = [columns.get(m, {}).get(name, math.nan) for m in table["method"]]
-            if info["budget_s"] is not None:
-                at_budget = info["at"][-1]
-                table = table.sort_values(at_budget, ascending=ascending, na_position="last", kind="stable")
+    columns, info = trace_columns(records, problem)
+    if info:
+        for name in info["columns"]:
+            table[name] = [columns.get(m, {}).get(name, math.nan) for m in table["method"]]
+        if info["budget_s"] is not None:
+            at_budget = info["at"][-1]
+            table = table.sort_values(at_budget, ascending=ascending, na_position="last", kind="stable")
     table = table.reset_index(drop=True)
-    table.attrs["trace"] = info
+    table.attrs.update(trace=info, main_metric=key, higher_is_better=sorted(higher), nan_cells=sorted(nan_cells))
     return table
+
+
+def is_computed_nan(table: pd.DataFrame, method: str, column: str) -> bool:
+    """Whether ``table``'s cell (method, column) is a NaN that was computed (not a metric left uncomputed)."""
+    return (method, column) in {tuple(cell) for cell in table.attrs.get("nan_cells", ())}
+
+
+def table_csv(table: pd.DataFrame, path: Path, key: str = "method") -> None:
+    """Write ``table`` as CSV: a computed NaN as ``nan``, a metric not computed as an empty cell.
+
+    ``key``: the column naming a row in ``table.attrs["nan_cells"]`` (its cells are (row name, column) pairs).
+    """
+    cells = table.attrs.get("nan_cells") or ()
+    if cells and key in table:
+        table = table.copy()
+        for name, column in cells:
+            if column in table:
+                table[column] = table[column].astype(object)
+                table.loc[(table[key] == name) & table[column].isna(), column] = "nan"
+    table.to_csv(path, index=False)
 
 
 def common_budget(records: list[dict[str, Any]], problem: str) -> float | None:
@@ -229,7 +300,7 @@ def trace_columns(records: list[dict[str, Any]], problem: str) -> tuple[dict[str
     ``times``, ``at`` (the names of the value columns), ``reach`` (the time-to-reach column or None), ``target``
     and ``columns`` (all names, in order).
     """
-    metric = main_metric(problem)
+    metric = main_metric(problem, records)
     runs = [rec for rec in records if rec["problem"] == problem and rec["status"] == "ok"]
     series = {id(rec): trace_series(rec, metric) for rec in runs}
     if not any(s is not None for s in series.values()):
@@ -294,22 +365,23 @@ def trace_note(table: pd.DataFrame) -> str:
     return text
 
 
-def higher_is_better(problem: str) -> frozenset[str]:
+def higher_is_better(problem: str, records: list[dict[str, Any]]) -> frozenset[str]:
     """The metrics of a problem's leaderboard where higher is better (all others: lower is better)."""
-    try:
-        return problem_class(problem).higher_is_better
-    except KeyError:
-        return frozenset()
+    facts = problem_facts(records, problem)
+    return frozenset() if facts is None else frozenset(facts["higher_is_better"])
 
 
-def _direction(problem: str) -> str:
-    return "higher" if main_metric(problem) in higher_is_better(problem) else "lower"
+def _direction(table: pd.DataFrame) -> str:
+    return "higher" if table.attrs.get("main_metric") in table.attrs.get("higher_is_better", ()) else "lower"
 
 
-def format_mean_se(mean: float, se: float, mc_se: float = math.nan) -> str:
-    """``mean ± se (MC ± mc_se)`` with the parts that are defined; ``-`` for a missing value."""
-    if isinstance(mean, float) and math.isnan(mean):
-        return "-"
+def format_mean_se(mean: float | None, se: float, mc_se: float = math.nan, computed: bool = False) -> str:
+    """``mean ± se (MC ± mc_se)`` with the parts that are defined; a NaN mean is ``nan`` if ``computed`` else ``-``.
+
+    ``computed``: the mean is of values that were computed (a NaN among them makes it NaN), not of none at all.
+    """
+    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+        return "nan" if computed and mean is not None else MISSING
     if math.isinf(mean):
         return "inf"
     text = f"{mean:.4g}"
@@ -335,7 +407,8 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
     for metric in metrics:
         mc = table[f"{metric}_mc_se"] if f"{metric}_mc_se" in table else [math.nan] * len(table)
         shown[metric] = [
-            format_mean_se(m, s, e) for m, s, e in zip(table[metric], table[f"{metric}_se"], mc, strict=True)
+            format_mean_se(m, s, e, is_computed_nan(table, method, metric))
+            for method, m, s, e in zip(table["method"], table[metric], table[f"{metric}_se"], mc, strict=True)
         ]
     if table["failure_reasons"].str.len().gt(0).any():
         shown["failure_reasons"] = table["failure_reasons"]
@@ -372,9 +445,9 @@ def write_leaderboards(records: list[dict[str, Any]], out: Path) -> dict[str, pd
     for problem in sorted(long["problem"].unique()):
         table = summary_table(long, problem, records)
         tables[problem] = table
-        write_atomically(out / f"leaderboard_{problem}.csv", lambda path, table=table: table.to_csv(path, index=False))
-        sort_key = _sort_key(problem, table, "`")
-        title = f"# Leaderboard: {problem}\n\nSorted by {sort_key} ({_direction(problem)} is better). "
+        write_atomically(out / f"leaderboard_{problem}.csv", lambda path, table=table: table_csv(table, path))
+        sort_key = _sort_key(table, "`")
+        title = f"# Leaderboard: {problem}\n\nSorted by {sort_key} ({_direction(table)} is better). "
         title += f"{LEGEND}\n\n"
         note = trace_note(table)
         title += f"{note}\n\n" if note else ""
@@ -414,15 +487,15 @@ def reference_kind(records: list[dict[str, Any]], problem: str) -> str | None:
 def format_for_terminal(problem: str, table: pd.DataFrame, reference: str | None = None) -> str:
     """A plain-text rendering of one problem's leaderboard (``reference``: its ground truth's kind, if known)."""
     shown = f"; reference: {reference}" if reference else ""
-    header = f"== {problem}  (sorted by {_sort_key(problem, table)}, {_direction(problem)} is better{shown}; {LEGEND})"
+    header = f"== {problem}  (sorted by {_sort_key(table)}, {_direction(table)} is better{shown}; {LEGEND})"
     note = trace_note(table)
     return header + "\n" + (f"   {note}\n" if note else "") + display_table(table).to_string(index=False)
 
 
-def _sort_key(problem: str, table: pd.DataFrame, quote: str = "") -> str:
+def _sort_key(table: pd.DataFrame, quote: str = "") -> str:
     """What a summary table is sorted by: the main metric, at the common budget when its runs share one."""
     info = table.attrs.get("trace") or {}
-    text = f"{quote}{main_metric(problem)}{quote}"
+    text = f"{quote}{table.attrs.get('main_metric', 'model_prob_tv')}{quote}"
     if info.get("budget_s") is not None:
         text += f" at the common budget of {info['budget_s']:.3g} s ({quote}{info['at'][-1]}{quote})"
     return text
@@ -433,21 +506,23 @@ def reported_comparison(records: list[dict[str, Any]]) -> pd.DataFrame:
     long = long_table(records)
     rows = []
     for problem in sorted(long["problem"].unique()):
-        try:
-            cls = problem_class(problem)
-        except KeyError:
-            continue
-        reported: dict[str, float] = getattr(cls, "reported_neg_elbo", {})
+        facts = problem_facts(records, problem) or {}
+        reported: dict[str, float] = facts.get("reported_neg_elbo") or {}
         if not reported:
             continue
-        table = summary_table(long, problem)
+        table = summary_table(long, problem, records)
         measured = (
             {}
             if table.empty or "neg_elbo" not in table
-            else {m: i for m, i in zip(table["method"], table.index, strict=True) if pd.notna(table.loc[i, "neg_elbo"])}
+            else {
+                m: i
+                for m, i in zip(table["method"], table.index, strict=True)
+                if pd.notna(table.loc[i, "neg_elbo"]) or is_computed_nan(table, m, "neg_elbo")
+            }
         )
         for method in sorted(set(reported) | set(measured)):
             row: dict[str, Any] = {"problem": problem, "method": method, "paper": reported.get(method, math.nan)}
+            row["computed"] = method in measured
             if method in measured:
                 i = measured[method]
                 row["measured"], row["measured_se"] = table.loc[i, "neg_elbo"], table.loc[i, "neg_elbo_se"]
@@ -455,7 +530,7 @@ def reported_comparison(records: list[dict[str, Any]]) -> pd.DataFrame:
             else:
                 row["measured"] = row["measured_se"] = row["mc_se"] = math.nan
             row["difference"] = row["measured"] - row["paper"]
-            row["source"] = getattr(cls, "reported_source", "")
+            row["source"] = str(facts.get("reported_source") or "")
             rows.append(row)
     return pd.DataFrame(rows)
 
@@ -469,11 +544,16 @@ def format_reported_comparison(table: pd.DataFrame) -> str:
             "problem": table["problem"],
             "method": table["method"],
             "measured -ELBO": [
-                format_mean_se(m, s, e)
-                for m, s, e in zip(table["measured"], table["measured_se"], table["mc_se"], strict=True)
+                format_mean_se(m, s, e, c)
+                for m, s, e, c in zip(
+                    table["measured"], table["measured_se"], table["mc_se"], table["computed"], strict=True
+                )
             ],
-            "paper": ["-" if math.isnan(v) else f"{v:.2f}" for v in table["paper"]],
-            "difference": ["-" if math.isnan(v) else f"{v:+.2f}" for v in table["difference"]],
+            "paper": [MISSING if math.isnan(v) else f"{v:.2f}" for v in table["paper"]],
+            "difference": [
+                ("nan" if c and not math.isnan(p) else MISSING) if math.isnan(v) else f"{v:+.2f}"
+                for v, p, c in zip(table["difference"], table["paper"], table["computed"], strict=True)
+            ],
         }
     )
     sources = sorted(set(f"{p}: {s}" for p, s in zip(table["problem"], table["source"], strict=True)))

@@ -1,7 +1,8 @@
 """One compact grid of a results folder (problem x method), for the README: generated from records, never typed.
 
 Each cell is ``main metric / cross-entropy / walltime`` (means over the seeds that finished), ``failed`` when
-every run failed, and ``-`` where the folder holds no run (the method does not apply, or was not run). Usage::
+every run failed, and ``-`` where the folder holds no run (the method does not apply, or was not run) or a metric
+was not computed (``nan``: computed, but NaN). The problems' main metrics come from the records' facts. Usage::
 
     python -m suite.overview results/quick            # Markdown on standard output
     python -m suite.overview results/quick --problems sas,robust-vs --methods rjmcmc-baseline,trj
@@ -18,27 +19,28 @@ from typing import Any
 import pandas as pd
 
 from suite import records as rec
-from suite.leaderboard import long_table, main_metric, summary_table, to_markdown
+from suite.leaderboard import MISSING, is_computed_nan, long_table, main_metric, summary_table, to_markdown
 
 #: Methods in the order of the grid's columns (others follow, alphabetically).
 COLUMN_ORDER = ["rjmcmc-baseline", "rjmcmc-naive", "vti-surrogate", "vti-mcg", "trj", "ctrj"]
 
 
-def _number(value: float) -> str:
+def _number(value: float, computed: bool = False) -> str:
     if isinstance(value, float) and math.isnan(value):
-        return "-"
+        return "nan" if computed else MISSING
     if math.isinf(value):
         return "inf"
     return f"{value:.3g}"
 
 
-def _cell(row: pd.Series, metric: str) -> str:
+def _cell(table: pd.DataFrame, row: pd.Series, metric: str) -> str:
     if row["failed"] == row["runs"]:
         return "failed"
-    parts = [_number(row.get(metric, math.nan))]
-    parts.append(_number(row.get("cross_entropy", math.nan)))
+    method = row["method"]
+    parts = [_number(row.get(metric, math.nan), is_computed_nan(table, method, metric))]
+    parts.append(_number(row.get("cross_entropy", math.nan), is_computed_nan(table, method, "cross_entropy")))
     seconds = row.get("walltime_s", math.nan)
-    parts.append("-" if math.isnan(seconds) else f"{seconds:.0f} s" if seconds >= 1 else f"{seconds:.1f} s")
+    parts.append(MISSING if math.isnan(seconds) else f"{seconds:.0f} s" if seconds >= 1 else f"{seconds:.1f} s")
     return " / ".join(parts)
 
 
@@ -53,12 +55,12 @@ def overview(
         methods = sorted(long["method"].dropna().unique(), key=lambda m: (order.get(m, len(order)), m))
     rows = []
     for problem in names:
-        table = summary_table(long, problem)
-        metric = main_metric(problem)
+        table = summary_table(long, problem, records)
+        metric = main_metric(problem, records)
         row: dict[str, str] = {"problem": f"`{problem}` ({metric})"}
         for method in methods:
             match = table[table["method"] == method] if not table.empty else table
-            row[method] = "-" if match.empty else _cell(match.iloc[0], metric)
+            row[method] = MISSING if match.empty else _cell(table, match.iloc[0], metric)
         rows.append(row)
     grid = pd.DataFrame(rows)
     return grid
@@ -79,7 +81,12 @@ def main(argv: list[str] | None = None) -> int:
         None if text is None else [n.strip() for n in text.split(",") if n.strip()]
         for text in (args.problems, args.methods)
     )
-    print(to_markdown(overview(records, problems, methods)), end="")
+    try:
+        grid = overview(records, problems, methods)
+    except ValueError as exc:  # a record without the facts the grid reads, named with the fix
+        print(f"python -m suite.overview: error: {exc}", file=sys.stderr)
+        return 2
+    print(to_markdown(grid), end="")
     return 0
 
 

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from suite import checkpoints as ckpt
+from suite import draws_file
 from suite import records as rec
 from suite.context import RunContext
 from suite.harness import tune_allocator
@@ -169,7 +170,8 @@ def run_spec(spec: RunSpec, problem: Problem | None = None, method: Method | Non
         "run_config": spec.key.config,
         "parallel": {"jobs": spec.jobs, "threads_per_job": spec.threads},
     }
-    record = execute(problem, method, context, _GOLD[gold_key], plot_path, run_info)
+    draws_path = draws_file.draws_path(spec.out, spec.key.filename)
+    record = execute(problem, method, context, _GOLD[gold_key], plot_path, run_info, draws_path)
     _exit_if_orphaned()  # nobody would read the record: leave the folder as the parent's death left it
     try:
         rec.write_record(spec.out, spec.key, record)

@@ -1,4 +1,4 @@
-"""Plots: each method's model-probability estimates against the truth, one PNG per problem."""
+"""Plots: each method's model-probability estimates against the truth (small multiples), one PNG per problem."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import numpy as np
 
 #: Up to this many models are drawn as grouped bars; beyond, a log-log scatter.
 MAX_BARS = 12
+#: Panels per row of the small multiples.
+PANEL_COLUMNS = 4
 
 
 def _collect(records: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, dict[str, list[float]]]]:
@@ -33,35 +35,69 @@ def _collect(records: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str,
 
 
 def plot_model_probs(problem: str, records: list[dict[str, Any]], path: Path) -> Path | None:
-    """Draw estimates (mean ± se over seeds) against the truth; returns the path, or None if nothing to draw."""
-    truth, estimates = _collect([r for r in records if r["problem"] == problem])
-    if not truth or not estimates:
+    """Small multiples: one panel per method, its estimates (mean ± se over seeds) against the truth.
+
+    As in VTI Fig. 2: up to :data:`MAX_BARS` models, bars of the truth with the estimate drawn inside them; beyond,
+    a log-log scatter of estimate against truth with the line y = x. Returns the path, or None when there is
+    nothing to draw (no truth, no estimate, or a single model, whose probability is 1 by definition); then a
+    picture an earlier report left at ``path`` is removed, so that a page never shows one the records no longer make.
+    """
+    from suite.curves import method_styles  # here: suite.curves imports this module
+
+    mine = [r for r in records if r["problem"] == problem]
+    truth, estimates = _collect(mine)
+    if len(truth) < 2 or not estimates:
+        Path(path).unlink(missing_ok=True)
         return None
     models = sorted(truth, key=lambda k: -truth[k])
     methods = sorted(estimates)
+    styles = method_styles(methods)
+    tv = _mean_metric(mine, "model_prob_tv")
     bars = len(models) <= MAX_BARS
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(models) + 3), 4.2) if bars else (6.5, 5.5))
-    if bars:
-        width = 0.8 / (len(methods) + 1)
-        x = np.arange(len(models))
-        ax.bar(x, [truth[m] for m in models], width, color="black", label="truth")
-        for i, method in enumerate(methods):
-            mean, se = _mean_se(estimates[method], models)
-            ax.bar(x + (i + 1) * width, mean, width, yerr=se, capsize=3, label=method)
-        ax.set_xticks(x + 0.4 - width / 2, models, rotation=30 if len(models) > 6 else 0)
-        ax.set_ylabel("model probability")
-    else:
-        lo = min(v for v in truth.values() if v > 0)
-        for method in methods:
-            mean, _ = _mean_se(estimates[method], models)
-            ax.scatter([truth[m] for m in models], np.maximum(mean, lo / 10), s=12, label=method)
-        ax.plot([lo, 1], [lo, 1], color="black", lw=1, label="y = x")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("true model probability")
-        ax.set_ylabel("estimated (zeros drawn at the floor)")
-    ax.set_title(f"{problem}: model probabilities (mean ± se over seeds)")
-    return save_figure(fig, ax, path)
+    cols = min(PANEL_COLUMNS, len(methods))
+    rows = math.ceil(len(methods) / cols)
+    width = max(2.6, 0.3 * len(models) + 1.0) if bars else 2.6
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, 2.4 * rows + 0.4), sharex=True, sharey=True)
+    axes = np.atleast_1d(axes).reshape(rows, cols)
+    x = np.arange(len(models))
+    true = np.array([truth[m] for m in models])
+    floor = (true[true > 0].min() if (true > 0).any() else 1e-6) / 10  # where an estimate of 0 is drawn (log axes)
+    for ax, method in zip(axes.flat, methods, strict=False):
+        colour = styles[method][0]
+        mean, se = _mean_se(estimates[method], models)
+        if bars:
+            ax.bar(x, true, 0.8, color="0.88", edgecolor="black", lw=0.6, label="truth")
+            ax.bar(x, mean, 0.4, yerr=se, capsize=2, color=colour, label="estimate (mean ± se over seeds)")
+        else:
+            ax.plot([floor, 1], [floor, 1], color="black", lw=0.8, label="y = x (truth)")
+            ax.scatter(true, np.maximum(mean, floor), s=8, color=colour, alpha=0.8, label="estimate (mean over seeds)")
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+        ax.set_title(f"{method} (TV {tv[method]:.2g})" if method in tv else method, fontsize=9)
+        ax.tick_params(labelsize=7)
+    for ax in axes.flat[len(methods) :]:
+        ax.set_visible(False)
+    for ax in axes.flat[max(0, len(methods) - cols) : len(methods)]:  # the lowest panel of each column
+        ax.tick_params(labelbottom=True)
+        ax.set_xlabel("model" if bars else "true probability", fontsize=8)
+    if bars:  # shared axes share their ticks: set once
+        axes.flat[0].set_xticks(x, models, rotation=90 if len(models) > 3 else 0, fontsize=7)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("probability" if bars else f"estimate (0 drawn at {floor:.0e})", fontsize=8)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=8, frameon=False)
+    fig.suptitle(f"{problem}: model probabilities, one panel per method against the truth", fontsize=10)
+    return write_figure(fig, path, fit_box=True)
+
+
+def _mean_metric(records: list[dict[str, Any]], metric: str) -> dict[str, float]:
+    """Per method, the mean over its successful runs of a final metric (methods without it left out)."""
+    values: dict[str, list[float]] = {}
+    for rec in records:
+        value = ((rec.get("metrics") or {}).get(metric) or {}).get("value") if rec["status"] == "ok" else None
+        if value is not None and math.isfinite(value):
+            values.setdefault(rec["method"], []).append(value)
+    return {method: float(np.mean(v)) for method, v in values.items()}
 
 
 def save_figure(fig: Any, ax: Any, path: Path) -> Path:

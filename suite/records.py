@@ -175,10 +175,10 @@ def _is_stale(path: Path, now: float) -> bool:
 
 
 def remove_stale_temporaries(out: Path) -> int:
-    """Delete temporary files of records and checkpoints left by killed runs (never a live writer's); how many."""
+    """Delete temporary files of records, checkpoints and draws left by killed runs (never a live writer's)."""
     now = time.time()
     removed = 0
-    for folder in (records_dir(out), Path(out) / CHECKPOINTS_DIR):
+    for folder in (records_dir(out), Path(out) / CHECKPOINTS_DIR, Path(out) / "draws"):
         if not folder.is_dir():
             continue
         for path in folder.glob(f".*{TEMPORARY_SUFFIX}"):

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from suite import metrics
+from suite import draws_file, metrics
 from suite.context import BudgetTooSmall, RunContext
 from suite.facts import problem_facts
 from suite.harness import PeakMemory, PhaseTimer, environment, warm_up_torch
@@ -152,6 +152,42 @@ def target_finite_somewhere(problem: Problem, draws: Draws, device: torch.device
         return bool(torch.isfinite(problem.log_joint(m, theta)).any())
 
 
+def _draw_arrays(
+    problem: Problem, result: Result, device: torch.device, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """A result's draws as CPU tensors: model indices, theta, active-coordinate mask, log q (None without density)."""
+    assert result.draws is not None
+    model_index = result.draws.model_index.detach().cpu()
+    theta = result.draws.theta.detach().to("cpu", torch.float32)
+    chunks = [model_index[s : s + EVAL_CHUNK] for s in range(0, len(model_index), EVAL_CHUNK)]
+    with torch.no_grad():
+        masks = [problem.mask(chunk.to(device)).cpu() for chunk in chunks]
+    mask = torch.cat(masks) if masks else torch.zeros(theta.shape, dtype=torch.bool)
+    log_q = None
+    if result.log_density is not None:
+        try:
+            log_q = _log_density_on(result, result.draws, device, dtype).to(torch.float32)
+        except Exception as exc:  # the draws are still worth keeping without their density
+            warnings.warn(f"{problem.name}: log q of the saved draws failed: {exc}", stacklevel=2)
+    return model_index, theta, mask, log_q
+
+
+def save_result_draws(
+    problem: Problem, result: Result, path: Path, device: torch.device, dtype: torch.dtype
+) -> dict[str, Any] | None:
+    """Save a successful result's draws to ``path`` (:mod:`suite.draws_file`); the record's ``draws`` entry or None.
+
+    The entry's path is relative to the results folder (``draws/<record stem>.npz``), so the folder can move.
+    """
+    if result.status != "ok" or result.draws is None:
+        return None
+    model_index, theta, mask, log_q = _draw_arrays(problem, result, device, dtype)
+    saved = draws_file.save_draws(
+        path, model_index.numpy(), theta.numpy(), mask.numpy(), None if log_q is None else log_q.numpy()
+    )
+    return {"path": f"{draws_file.DRAWS_DIR}/{Path(path).name}", **saved, "log_q": log_q is not None}
+
+
 def resolve_and_run(method: Method, problem: Problem, context: RunContext) -> Result:
     """Resolve ``method``'s options for ``problem`` and ``context.profile`` and run it (tests and direct calls).
 
@@ -171,11 +207,13 @@ def execute(
     draws: Draws | None = None,
     plot_path: Path | None = None,
     run_info: dict[str, Any] | None = None,
+    draws_path: Path | None = None,
 ) -> dict[str, Any]:
     """Run the resolved ``method`` on ``problem`` once and return its record (never raises for method errors).
 
     ``draws`` are the gold-standard draws for cross-entropy (see :func:`gold_draws`); with ``plot_path``
-    the problem's own picture of the result (:meth:`Problem.plot_result`), if it draws one, is saved there.
+    the problem's own picture of the result (:meth:`Problem.plot_result`), if it draws one, is saved there;
+    with ``draws_path`` a successful run's draws are saved there (:func:`save_result_draws`).
     ``run_info`` (the run's key, configuration hash, constructor options, parallel layout) goes into the record
     as it is: this is the one place a record is assembled.
     """
@@ -218,6 +256,17 @@ def execute(
             plot = problem.plot_result(result.model_probs, result.draws, plot_path)
         except Exception as exc:  # a picture that cannot be drawn must not cost the run its record
             warnings.warn(f"{problem.name} / {method.name}: plot_result failed: {exc}", stacklevel=2)
+    saved_draws = None
+    if draws_path is not None:
+        with timer.phase("save_draws"):
+            try:
+                saved_draws = save_result_draws(problem, result, draws_path, device, dtype)
+            except OSError:
+                raise  # a full or read-only disk is the run's environment failing, reported as such
+            except Exception as exc:  # draws that cannot be saved must not cost the run its record
+                warnings.warn(f"{problem.name} / {method.name}: draws not saved: {exc}", stacklevel=2)
+        if saved_draws is None:
+            draws_path.unlink(missing_ok=True)  # no stale draws of an earlier run beside this run's record
     timings = {**context.timer.timings, **result.timings, **timer.timings, "method_total": method_wall}
     timings["snapshots"] = context.clock.paused_s
     scores["walltime_s"] = metrics.Estimate(method_wall)
@@ -248,6 +297,7 @@ def execute(
         "model_probs": _model_table(problem, result.model_probs),
         "metrics_scope": result.metrics_scope,
         "plot": None if plot is None else str(plot),
+        "draws": saved_draws,
         "timings_s": timings,
         "peak_memory_bytes": memory.peak_bytes,
         "peak_memory_kind": memory.kind,

@@ -140,7 +140,7 @@ def test_workers_rebuild_the_problem_with_its_options(tmp_path: Path, monkeypatc
     """A worker process gets names and options only: the problem it rebuilds carries the --problem-option values."""
     seen = {}
 
-    def fake_execute(problem, method, context, gold, plot_path, run_info) -> dict:
+    def fake_execute(problem, method, context, gold, plot_path, run_info, draws_path=None) -> dict:
         seen["rows"] = problem.data.shape[0]
         return {"status": "ok", "reason": None}
 
@@ -160,7 +160,7 @@ def test_runs_get_a_checkpoint_slot_that_is_removed_with_the_record(
 ) -> None:
     seen = {}
 
-    def fake_execute(problem, method, context, gold, plot_path, run_info) -> dict:
+    def fake_execute(problem, method, context, gold, plot_path, run_info, draws_path=None) -> dict:
         seen["slot"] = slot = context.checkpoint
         if slot is not None:
             slot.save({"partial": True})
@@ -449,7 +449,7 @@ def test_failed_methods_are_results_and_leaderboards_state_their_profile(
     monkeypatch.setattr(method_class("rjmcmc-baseline"), "run", lambda self, *a: Result.failed("boom"))
     assert main([*SMALL, "--seeds", "2", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "2 of 2 runs failed in their method" in out and "profile: smoke" in out
+    assert "2 of 2 runs failed in their method" in out and "Profile: smoke." in out
     assert "Profile: smoke." in (tmp_path / "leaderboard_sas.md").read_text()
     assert len(list(tmp_path.glob("records/*.json"))) == 2
 

@@ -75,7 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m suite.reference", description=__doc__)
     parser.add_argument("problems", help="comma-separated problem names, or 'all'")
     parser.add_argument("--force", action="store_true", help="recompute even if a reference is stored")
-    parser.add_argument("--out", type=Path, default=store.SHIPPED_DIR, help="folder to store references in")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=store.SHIPPED_DIR,
+        help=f"folder to store references in (default: the shipped ones, {store.SHIPPED_DIR}; another folder is "
+        f"found when {store.ENV_VAR} names it)",
+    )
     parser.add_argument("--particles", type=int, default=None, help="SMC particles per run")
     parser.add_argument("--runs", type=int, default=None, help="independent SMC runs per model")
     parser.add_argument("--gold-draws", type=int, default=10_000, help="gold-standard draws to store")

@@ -4,11 +4,21 @@ A reference is keyed by the problem's name and a hash of its configuration
 (and of its evidence method when that is not plain SMC: the problem's
 ``reference_settings["evidence"]``), so a problem built with other constants,
 or asking for another estimator, never picks up a stale answer. It is
-two files in ``references/<problem>/``: ``<key>.npz`` (arrays) and
+two files in ``<folder>/<problem>/``: ``<key>.npz`` (arrays) and
 ``<key>.json`` (provenance: how it was made, settings, seeds, versions,
-diagnostics). Folders searched, in order: ``TDBENCH_REFERENCES``
-(``os.pathsep``-separated) and the repository's ``references/``, where small
-references are shipped.
+diagnostics).
+
+Search path, in order (:func:`search_path`; the first folder holding the key wins):
+
+1. each folder of the ``TDBENCH_REFERENCES`` environment variable (``os.pathsep``-separated), for references
+   made locally (``python -m suite.reference PROBLEM --out FOLDER``) or too large to ship;
+2. ``suite/reference/shipped/`` (:data:`SHIPPED_DIR`), the references shipped with the code. They are package
+   data, so a wheel (``pip install .``, not editable) carries them and scores exactly as a checkout does.
+
+A problem whose ground truth is such a stored estimate (neither exact nor declared impossible with
+``reference_settings["evidence"] = "none"``) and whose reference is missing is reported unavailable by
+:func:`reference_problem`, with :func:`missing_message` (the key, the command that makes it and the folders
+searched): it is never run with its accuracy metrics silently left out.
 
 Every reference is validated when read, and one that fails is refused with
 :class:`InvalidReferenceError` naming the file (and a problem with such a
@@ -45,8 +55,8 @@ from suite.types import Draws, ModelProbs
 if TYPE_CHECKING:
     from suite.problem import Problem
 
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
-SHIPPED_DIR = REPO_ROOT / "references"
+#: The shipped references: package data inside ``suite.reference`` (listed in pyproject's package-data).
+SHIPPED_DIR = Path(__file__).resolve().parent / "shipped"
 ENV_VAR = "TDBENCH_REFERENCES"
 FORMAT_VERSION = 1
 #: Largest allowed |sum of p(m | D) - 1| of a stored reference.
@@ -99,7 +109,7 @@ def reference_key(problem: Problem) -> str:
 
 
 def search_path() -> list[Path]:
-    """Folders searched for references, in order."""
+    """Folders searched for references, in order: ``TDBENCH_REFERENCES``'s, then :data:`SHIPPED_DIR`."""
     folders = [Path(p) for p in os.environ.get(ENV_VAR, "").split(os.pathsep) if p]
     return [*folders, SHIPPED_DIR]
 
@@ -368,10 +378,20 @@ def load(problem: Problem) -> Reference | None:
     return reference
 
 
+def needs_stored_reference(problem: Problem) -> bool:
+    """Whether ``problem``'s ground truth is a stored estimate (not exact, and not declared impossible)."""
+    return not has_exact_reference(problem) and evidence_method(problem) != "none"
+
+
 def reference_problem(problem: Problem) -> str | None:
-    """Why the stored reference of ``problem`` cannot be used (naming the file), or None (valid, exact or none)."""
-    if has_exact_reference(problem) or evidence_method(problem) == "none" or find(problem) is None:
+    """Why ``problem`` cannot be scored against its ground truth, or None (a valid reference, exact, or none).
+
+    A required reference that is missing gives :func:`missing_message`; one that is invalid, the reason naming the file.
+    """
+    if not needs_stored_reference(problem):
         return None
+    if find(problem) is None:
+        return missing_message(problem)
     try:
         problem.stored_reference()
     except InvalidReferenceError as exc:
@@ -380,10 +400,11 @@ def reference_problem(problem: Problem) -> str | None:
 
 
 def missing_message(problem: Problem) -> str:
-    """What to run when a problem has no stored reference."""
+    """Why a problem has no stored reference and how to make one: the key, the command and the folders searched."""
     return (
         f"no stored reference for {problem.name!r} (key {reference_key(problem)}); generate it with "
-        f"`python -m suite.reference {problem.name}` (searched: {', '.join(map(str, search_path()))})"
+        f"`python -m suite.reference {problem.name}`, or point {ENV_VAR} at a folder holding it "
+        f"(searched: {', '.join(map(str, search_path()))})"
     )
 
 

@@ -16,6 +16,8 @@ BUILT_IN = [
 def traced(method: str, seed: int, seconds: list, tv: list, problem: str = "sas") -> dict:
     return {
         "problem": problem,
+        "problem_facts": {"main_metric": "model_prob_tv", "higher_is_better": [], "reported_neg_elbo": {},
+                          "reported_dag_table": {}},
         "method": method,
         "seed": seed,
         "status": "ok",

@@ -8,10 +8,24 @@ import pytest
 from suite.leaderboard import display_table, long_table, summary_table, write_leaderboards
 from suite.plots import plot_model_probs
 
+#: What the report reads about the problem (records carry it; no problem class is imported).
+FACTS = {
+    "version": 1,
+    "description": "",
+    "main_metric": "model_prob_tv",
+    "higher_is_better": [],
+    "sweep": None,
+    "num_models": 2,
+    "reported_neg_elbo": {},
+    "reported_source": "",
+    "reported_dag_table": {},
+}
+
 
 def record(method: str, seed: int, tv: float, status: str = "ok") -> dict:
     return {
         "problem": "sas",
+        "problem_facts": FACTS,
         "method": method,
         "seed": seed,
         "status": status,
@@ -32,7 +46,7 @@ RECORDS = [
 
 
 def test_summary_mean_se_sort_and_failures() -> None:
-    table = summary_table(long_table(RECORDS), "sas")
+    table = summary_table(long_table(RECORDS), "sas", RECORDS)
     assert table["method"].tolist() == ["b", "a"]  # sorted by TV, best first
     a = table.set_index("method").loc["a"]
     assert a["model_prob_tv"] == pytest.approx(0.2)

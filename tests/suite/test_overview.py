@@ -13,7 +13,16 @@ def _record(problem: str, method: str, seed: int, tv: float | None, ce: float, s
     metrics = {} if tv is None else {"model_prob_tv": {"value": tv}, "cross_entropy": {"value": ce, "se": 0.01}}
     if tv is not None:
         metrics["walltime_s"] = {"value": seconds}
-    return {"problem": problem, "method": method, "seed": seed, "status": status, "reason": None, "metrics": metrics}
+    facts = {"main_metric": "model_prob_tv", "higher_is_better": [], "reported_neg_elbo": {}, "reported_dag_table": {}}
+    return {
+        "problem": problem,
+        "problem_facts": facts,
+        "method": method,
+        "seed": seed,
+        "status": status,
+        "reason": None,
+        "metrics": metrics,
+    }
 
 
 def test_cells_are_means_over_seeds_with_failed_and_missing_runs_marked() -> None:
@@ -43,3 +52,13 @@ def test_command_line_prints_markdown_and_refuses_an_empty_folder(tmp_path: Path
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "| problem | trj |"
     assert "0.1 / 2 / 2 s" in out
+
+
+def test_records_without_facts_are_refused_with_the_fix(tmp_path: Path, capsys) -> None:
+    key = rec.RunKey("sas", "trj", 0, {"profile": "quick"})
+    old = _record("sas", "trj", 0, 0.1, 2.0, 1.5)
+    del old["problem_facts"]
+    rec.write_record(tmp_path, key, {**old, "config_hash": key.config_hash})
+    assert main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert key.filename in err and "python -m suite.facts" in err

@@ -9,10 +9,16 @@ import pytest
 
 from suite.sweeps import format_sweep, plot_sweep, sweep_of, sweep_tables
 
+#: The sweep each problem belongs to, as its records' facts say (sas belongs to none).
+SWEEPS = {"robust-vs": 7, "robust-vs-p9": 9, "robust-vs-p24": 24}
+
 
 def _record(problem: str, method: str, seed: int, value: float) -> dict:
+    sweep = ["robust-vs cardinality (VTI App. E.1, Fig. 4)", SWEEPS[problem]] if problem in SWEEPS else None
+    facts = {"main_metric": "model_prob_tv", "higher_is_better": [], "reported_neg_elbo": {}, "reported_dag_table": {}}
     return {
         "problem": problem,
+        "problem_facts": {**facts, "sweep": sweep},
         "method": method,
         "seed": seed,
         "status": "ok",
@@ -22,7 +28,6 @@ def _record(problem: str, method: str, seed: int, value: float) -> dict:
 
 
 def test_robust_vs_sizes_form_the_cardinality_sweep(tmp_path: Path) -> None:
-    assert sweep_of("robust-vs")[1] == 7 and sweep_of("robust-vs-p24")[1] == 24 and sweep_of("sas") is None
     records = [
         _record("robust-vs-p9", "vti-mcg", 0, 4.0),
         _record("robust-vs-p9", "vti-mcg", 1, 6.0),
@@ -30,6 +35,8 @@ def test_robust_vs_sizes_form_the_cardinality_sweep(tmp_path: Path) -> None:
         _record("robust-vs-p9", "rjmcmc-baseline", 0, math.inf),
         _record("sas", "vti-mcg", 0, 2.0),
     ]
+    assert sweep_of(records, "robust-vs")[1] == 7 and sweep_of(records, "robust-vs-p9")[1] == 9
+    assert sweep_of(records, "sas") is None
     (name, table), *others = sweep_tables(records).items()
     assert not others and "Fig. 4" in name
     assert table["x"].tolist() == [7, 9]  # sorted by the number of covariates

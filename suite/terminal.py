@@ -1,0 +1,300 @@
+"""What a run or a report prints: compact blocks of at most :data:`WIDTH` columns, or the full tables (``wide``).
+
+Compact: per problem one line per method with its runs, the main metric (mean ± standard error over seeds), the
+time and at most three more key metrics; failures and methods that do not apply get a line each. The sweeps, DAG
+tables and the comparison with the papers' numbers follow, fitted to the width by leaving out columns (their files
+hold every one). Wide: the full tables, as written to the leaderboard files. A metric that was not computed prints
+``-``; one that was computed but is NaN prints ``nan``.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from suite.leaderboard import (
+    MISSING,
+    format_for_terminal,
+    format_reported_comparison,
+    is_computed_nan,
+    reference_kind,
+)
+
+#: Columns of the compact output.
+WIDTH = 120
+#: Metrics shown beside the main metric and the time, the first three a problem has (its main metric left out).
+KEY_METRICS = (
+    "cross_entropy",
+    "model_prob_kl",
+    "neg_elbo",
+    "edge_f1",
+    "expected_shd",
+    "shd",
+    "auroc",
+    "kl_reverse",
+    "kl_joint",
+    "q_true_k",
+    "k_abs_error",
+    "model_prob_max_abs",
+    "model_prob_tv",
+)
+#: At most this many key metrics besides the main one.
+MAX_KEY_METRICS = 3
+LEGEND = (
+    "Mean ± standard error over seeds; time: mean walltime; -: not computed; nan: computed as NaN. Full tables: "
+    "--wide, and the leaderboard files."
+)
+GAP = "  "
+
+
+def clip(line: str, width: int = WIDTH) -> str:
+    """``line`` cut to ``width`` columns, ending in ``...`` when cut."""
+    return line if len(line) <= width else line[: width - 3] + "..."
+
+
+def wrap(text: str, indent: str = "", width: int = WIDTH) -> list[str]:
+    """``text`` broken into lines of at most ``width`` columns (continuation lines indented by ``indent``)."""
+    return textwrap.wrap(text, width=width, subsequent_indent=indent, break_on_hyphens=False) or [""]
+
+
+def fit_columns(header: list[str], rows: list[list[str]], keep: int, width: int = WIDTH) -> tuple[list[str], int]:
+    """A left-aligned text table of at most ``width`` columns, and how many of its columns were left out.
+
+    Columns are left out from the right (never the first ``keep``); a line still too long is clipped.
+    """
+    shown = len(header)
+    while True:
+        cells = [header[:shown]] + [row[:shown] for row in rows]
+        widths = [max(len(line[i]) for line in cells) for i in range(shown)]
+        if sum(widths) + len(GAP) * (shown - 1) <= width or shown <= keep:
+            break
+        shown -= 1
+    lines = [clip(GAP.join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip(), width) for line in cells]
+    return lines, len(header) - shown
+
+
+def short_mean_se(mean: float, se: float, computed: bool = False) -> str:
+    """``mean ± se`` in few characters (``-``: not computed; ``nan``: computed as NaN)."""
+    if isinstance(mean, float) and math.isnan(mean):
+        return "nan" if computed else MISSING
+    if math.isinf(mean):
+        return "inf" if mean > 0 else "-inf"
+    text = f"{mean:.3g}"
+    return text if isinstance(se, float) and math.isnan(se) else f"{text} ± {se:.2g}"
+
+
+def short_seconds(seconds: float) -> str:
+    """A walltime in seconds, with precision for short ones."""
+    if isinstance(seconds, float) and math.isnan(seconds):
+        return MISSING
+    return f"{seconds:.2f} s" if seconds < 1 else f"{seconds:.1f} s" if seconds < 100 else f"{seconds:.0f} s"
+
+
+def key_metrics(table: pd.DataFrame) -> list[str]:
+    """The (at most three) metrics shown beside a problem's main metric: the first of :data:`KEY_METRICS` it has."""
+    main = table.attrs.get("main_metric")
+    have = [m for m in KEY_METRICS if m != main and m in table and f"{m}_se" in table]
+    return have[:MAX_KEY_METRICS]
+
+
+def format_problem(problem: str, table: pd.DataFrame, reference: str | None = None) -> list[str]:
+    """The compact block of one problem's leaderboard (a summary table of :func:`suite.leaderboard.summary_table`)."""
+    main = table.attrs.get("main_metric", "model_prob_tv")
+    higher = main in table.attrs.get("higher_is_better", ())
+    info = table.attrs.get("trace") or {}
+    if info.get("budget_s") is not None:
+        sort = f"sorted by the median {main} at the common budget of {info['budget_s']:.3g} s"
+    else:
+        sort = f"sorted by {main}"
+    header = f"== {problem}: {sort}, {'higher' if higher else 'lower'} is better"
+    header += f"; reference: {reference}" if reference else ""
+    lines = wrap(header, "   ")
+    if table.empty:
+        return [*lines, "   no runs"]
+    ran = table[table["runs"] > 0]  # methods that do not apply have a row without runs
+    extra = key_metrics(table)
+    columns = ["method", "runs", main, "time", *extra]
+    rows = []
+    for _, row in ran.iterrows():
+        method = str(row["method"])
+        runs = f"{int(row['runs'])}" + (f" ({int(row['failed'])} failed)" if row["failed"] else "")
+        cells = [method, runs, _mean_se(table, row, main), short_seconds(float(row.get("walltime_s", math.nan)))]
+        cells += [_mean_se(table, row, metric) for metric in extra]
+        rows.append(cells)
+    if rows:
+        body, left_out = fit_columns(columns, rows, keep=4)
+        lines += body
+        if left_out:
+            lines.append(f"   ({left_out} more column{'s' if left_out != 1 else ''}: --wide)")
+    for _, row in ran[ran["failed"] > 0].iterrows():
+        reason = str(row.get("failure_reasons") or "")
+        lines.append(clip(f"   failed: {row['method']} ({int(row['failed'])} of {int(row['runs'])}): {reason}"))
+    skipped = table.loc[table["runs"] == 0, "method"].astype(str).tolist()
+    if skipped:
+        lines += wrap(f"   does not apply: {', '.join(skipped)}", "     ")
+    return lines
+
+
+def _mean_se(table: pd.DataFrame, row: pd.Series, metric: str) -> str:
+    if metric not in row:
+        return MISSING
+    return short_mean_se(
+        float(row[metric]), float(row.get(f"{metric}_se", math.nan)), is_computed_nan(table, row["method"], metric)
+    )
+
+
+def format_sweep_compact(name: str, table: pd.DataFrame, metric: str) -> list[str]:
+    """A sweep with one row per method and one column per x, fitted to the width."""
+    methods = [c for c in table.columns if c not in ("x", "problem") and not c.endswith("_se")]
+    header = ["method", *(f"x={x}" for x in table["x"])]
+    rows = []
+    for method in methods:
+        se = table[f"{method}_se"] if f"{method}_se" in table else [math.nan] * len(table)
+        cells = [
+            short_mean_se(float(m), float(s), is_computed_nan(table, problem, method))
+            for problem, m, s in zip(table["problem"], table[method], se, strict=True)
+        ]
+        rows.append([method, *cells])
+    lines = wrap(f"== sweep: {name} ({metric}, lower is better)", "   ")
+    body, left_out = fit_columns(header, rows, keep=2)
+    lines += body
+    if left_out:
+        lines.append(f"   ({left_out} more x value{'s' if left_out != 1 else ''} in the sweep's CSV)")
+    return lines
+
+
+def format_dag_compact(problem: str, table: pd.DataFrame) -> list[str]:
+    """A DAG table (:func:`suite.dag_tables.dag_tables`) fitted to the width."""
+    from suite.dag_tables import COLUMNS
+
+    titles = [title for _, title in COLUMNS]
+    rows = []
+    for _, row in table.iterrows():
+        runs = row["runs"]
+        cells = [str(row["method"]), str(row["source"]), "" if runs is None or runs != runs else str(int(runs))]
+        computed = row["source"] == "this run"
+        cells += [
+            short_mean_se(
+                float(row[t]), float(row[f"{t}_se"]), computed and is_computed_nan(table, str(row["method"]), t)
+            )
+            for t in titles
+        ]
+        rows.append(cells)
+    lines = wrap(f"== {problem}: DAG metrics as in VTI Table 1 (F1, AUROC higher is better; SHD, Brier lower)", "   ")
+    body, left_out = fit_columns(["method", "source", "runs", *titles], rows, keep=4)
+    lines += body
+    if left_out:
+        lines.append(f"   ({left_out} more column{'s' if left_out != 1 else ''}: --wide)")
+    return lines
+
+
+def format_comparison_compact(comparison: pd.DataFrame) -> list[str]:
+    """The negative ELBO against the papers' figures, fitted to the width."""
+    rows = []
+    for _, row in comparison.iterrows():
+        measured = short_mean_se(float(row["measured"]), float(row["measured_se"]), bool(row["computed"]))
+        paper = MISSING if math.isnan(row["paper"]) else f"{row['paper']:.2f}"
+        difference = float(row["difference"])
+        if math.isnan(difference):
+            shown = "nan" if row["computed"] and paper != MISSING else MISSING
+        else:
+            shown = f"{difference:+.2f}"
+        rows.append([str(row["problem"]), str(row["method"]), measured, paper, shown])
+    lines = ["== Negative ELBO against the source papers (lower is better)"]
+    lines += fit_columns(["problem", "method", "measured -ELBO", "paper", "difference"], rows, keep=5)[0]
+    sources = sorted({f"{p}: {s}" for p, s in zip(comparison["problem"], comparison["source"], strict=True)})
+    lines += wrap("Sources: " + "; ".join(sources), "   ")
+    return lines
+
+
+def summarise_not_applicable(skipped_rows: list[dict[str, Any]]) -> list[str]:
+    """One line per method naming the problems it does not apply to, each at most :data:`WIDTH` columns.
+
+    ``skipped_rows``: not-applicable rows (``problem``, ``method``, ``reason``), e.g. ``Skipped.as_record()``.
+    """
+    by_method: dict[str, list[str]] = {}
+    for row in skipped_rows:
+        if row.get("method") is None:
+            continue
+        problems = by_method.setdefault(str(row["method"]), [])
+        if row["problem"] not in problems:
+            problems.append(str(row["problem"]))
+    lines = []
+    for method, problems in by_method.items():
+        count = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
+        head = f"{method}: does not apply to {count}"
+        for shown in range(len(problems), 0, -1):
+            rest = len(problems) - shown
+            names = ", ".join(problems[:shown]) + (f", and {rest} more" if rest else "")
+            line = f"{head} ({names})"
+            if len(line) <= WIDTH:
+                break
+        lines.append(clip(line))
+    return lines
+
+
+def render(
+    records: list[dict[str, Any]],
+    tables: dict[str, pd.DataFrame],
+    sweeps: dict[str, pd.DataFrame],
+    dags: dict[str, pd.DataFrame],
+    comparison: pd.DataFrame,
+    out: Path,
+    profile: str | None = None,
+    wide: bool = False,
+    pictures: dict[str, list[str]] | None = None,
+    sweep_metric: str = "cross_entropy",
+) -> str:
+    """The text a run or report prints: compact (every line at most :data:`WIDTH` columns) or ``wide``.
+
+    ``pictures``: per problem (and per sweep name) lines naming the plots written, in the wide output only.
+    """
+    pictures = pictures or {}
+    if wide:
+        return _render_wide(records, tables, sweeps, dags, comparison, out, profile, pictures)
+    lines = wrap(LEGEND) + ([f"Profile: {profile}."] if profile else [])
+    for problem, table in tables.items():
+        lines += ["", *format_problem(problem, table, reference_kind(records, problem))]
+    for name, table in sweeps.items():
+        lines += ["", *format_sweep_compact(name, table, sweep_metric)]
+    for problem, table in dags.items():
+        lines += ["", *format_dag_compact(problem, table)]
+    if not comparison.empty:
+        lines += ["", *format_comparison_compact(comparison)]
+    lines += ["", f"Records, leaderboards (Markdown, CSV) and plots: {out}/"]
+    return "\n".join(lines)
+
+
+def _render_wide(
+    records: list[dict[str, Any]],
+    tables: dict[str, pd.DataFrame],
+    sweeps: dict[str, pd.DataFrame],
+    dags: dict[str, pd.DataFrame],
+    comparison: pd.DataFrame,
+    out: Path,
+    profile: str | None,
+    pictures: dict[str, list[str]],
+) -> str:
+    from suite.dag_tables import format_dag_table
+    from suite.sweeps import format_sweep
+
+    lines: list[str] = []
+    for problem, table in tables.items():
+        lines += ["", format_for_terminal(problem, table, reference_kind(records, problem))]
+        if profile:
+            lines.append(f"   profile: {profile}")
+        lines += [f"   {line}" for line in pictures.get(problem, [])]
+    for name, table in sweeps.items():
+        lines += ["", format_sweep(name, table)]
+        lines += [f"   {line}" for line in pictures.get(name, [])]
+    for problem, table in dags.items():
+        lines += ["", format_dag_table(problem, table)]
+    text = format_reported_comparison(comparison)
+    if text:
+        lines += ["", "== Negative ELBO against the source papers (lower is better)", text]
+    lines += ["", f"Records, leaderboards (Markdown, CSV) and plots: {out}/"]
+    return "\n".join(lines)

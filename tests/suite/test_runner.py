@@ -1,0 +1,54 @@
+"""``execute`` saves a successful run's draws beside its record, and removes stale ones when a run saves none."""
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from problems.sas.problem import SinhArcsinh
+from suite.context import RunContext
+from suite.draws_file import DRAWS_DIR, draws_path, load_draws
+from suite.method import Method, Result
+from suite.runner import execute
+from tests.broken_targets import NaNSas
+
+
+class ExactWithDensity(Method):
+    """sas's exact draws, with log q the exact log posterior density (up to its constant)."""
+
+    name = "exact-with-density"
+
+    def run(self, problem, context):
+        sas = SinhArcsinh()
+        draws = sas.reference_draws(3000, torch.Generator().manual_seed(context.seed))
+        return Result(
+            model_probs=sas.reference_model_probs(), draws=draws, log_density=sas.log_joint, timings={"sample": 0.0}
+        )
+
+
+def test_a_successful_run_saves_its_draws_and_its_record_points_to_them(tmp_path: Path) -> None:
+    problem = SinhArcsinh()
+    path = draws_path(tmp_path, "sas__exact__seed0__h.json")
+    record = execute(problem, ExactWithDensity(), RunContext(seed=0), draws_path=path)
+    assert record["status"] == "ok", record["reason"]
+    entry = record["draws"]
+    assert entry["path"] == f"{DRAWS_DIR}/sas__exact__seed0__h.npz" and entry["num"] == 3000 and entry["log_q"]
+    saved = load_draws(tmp_path / entry["path"], sha256=entry["sha256"], num=entry["num"])
+    expected = problem.reference_draws(3000, torch.Generator().manual_seed(0))
+    np.testing.assert_array_equal(saved.model_index, expected.model_index.numpy())
+    np.testing.assert_allclose(saved.theta, expected.theta.numpy(), rtol=1e-6, atol=1e-6)  # float32 on disk
+    np.testing.assert_array_equal(saved.mask, problem.mask(expected.model_index).numpy())
+    log_joint = problem.log_joint(expected.model_index, expected.theta).numpy()
+    np.testing.assert_allclose(saved.log_q, log_joint, rtol=1e-5)
+    assert "save_draws" in record["timings_s"]
+
+
+def test_without_a_path_nothing_is_saved_and_a_failed_run_removes_stale_draws(tmp_path: Path) -> None:
+    record = execute(SinhArcsinh(), ExactWithDensity(), RunContext(seed=1))
+    assert record["status"] == "ok" and record["draws"] is None
+    path = draws_path(tmp_path, "sas__exact__seed1__h.json")
+    path.parent.mkdir()
+    path.write_bytes(b"draws of an earlier run")
+    failed = execute(NaNSas(), ExactWithDensity(), RunContext(seed=1), draws_path=path)
+    assert failed["status"] == "failed" and failed["draws"] is None
+    assert not path.exists()
