@@ -290,6 +290,7 @@ def test_not_applicable_pairs_accumulate_across_runs_into_one_folder(tmp_path: P
 def test_list_subcommand_and_the_run_flag_print_the_same(capsys: pytest.CaptureFixture) -> None:
     assert cli.main(["list"]) == 0
     listed = capsys.readouterr().out
-    assert "Problems:" in listed and "Methods:" in listed and "  vti-mcg " in listed
+    assert "Problems (" in listed and "Methods:" in listed and "  vti-mcg " in listed
+    assert max(map(len, listed.splitlines())) <= 120
     assert cli.run_all(["--list"]) == 0
     assert capsys.readouterr().out == listed
