@@ -18,9 +18,10 @@ from suite.facts import add_missing_facts
 from suite.html_report import IMAGE_CHECK, write_index
 from suite.records import load_records
 from suite.report import write_report
+from tests.quick_records import quick_records_dir
 
 REPO = Path(__file__).resolve().parents[2]
-QUICK = REPO / "results" / "quick" / "records"
+QUICK = quick_records_dir()
 #: Bars (sas), a scatter and a sweep (robust-vs), DAG metrics (linear-dag-d4), the papers' numbers (funnel).
 PROBLEMS = ("funnel", "linear-dag-d4", "robust-vs", "sas")
 #: A results folder holding an ``index.html``: its page is checked in Chromium and its screenshot written to

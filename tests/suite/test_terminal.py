@@ -13,6 +13,7 @@ from suite.leaderboard import display_table, long_table, summary_table, write_le
 from suite.records import load_records
 from suite.report import write_report
 from suite.terminal import WIDTH, fit_columns, format_problem, summarise_not_applicable
+from tests.quick_records import quick_records_dir
 
 REPO = Path(__file__).resolve().parents[2]
 FACTS = {
@@ -90,7 +91,7 @@ def test_columns_are_left_out_from_the_right_to_fit() -> None:
 
 def test_the_default_runs_records_print_within_120_columns_unless_wide(tmp_path: Path) -> None:
     out = tmp_path / "quick"
-    shutil.copytree(REPO / "results" / "quick" / "records", out / "records")
+    shutil.copytree(quick_records_dir(), out / "records")
     add_missing_facts(out)
     records = load_records(out)
     assert len(records) == 111
