@@ -38,7 +38,7 @@ from suite.leaderboard import (
     trace_note,
     write_atomically,
 )
-from suite.sweeps import SWEEP_METRIC, sweep_tables
+from suite.sweeps import SWEEP_METRIC, sweep_slug, sweep_tables
 
 #: Methods in the order of the overview's columns (others follow, alphabetically), as in ``suite.overview``.
 COLUMN_ORDER = ["rjmcmc-baseline", "rjmcmc-naive", "vti-surrogate", "vti-mcg", "trj", "ctrj"]
@@ -406,8 +406,6 @@ def _problem_section(
     parts.append(_papers(papers, facts))
     sweep = (facts or {}).get("sweep")
     if sweep and sweep[0] in sweeps:
-        from suite.report import sweep_slug
-
         parts.append(
             f'<p class="muted">Part of the sweep <a href="#sweep-{esc(sweep_slug(sweep[0]))}">{esc(sweep[0])}</a> '
             f"at x = {esc(sweep[1])}.</p>"
@@ -453,8 +451,6 @@ def _dag_display(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def _sweep_section(sweeps: dict[str, pd.DataFrame], out: Path) -> str:
-    from suite.report import sweep_slug  # here: suite.report calls this module
-
     parts = ['<section id="sweeps"><h2>Sweeps</h2>']
     for name, table in sweeps.items():
         slug = sweep_slug(name)

@@ -31,17 +31,12 @@ from suite.leaderboard import (
     write_leaderboards,
 )
 from suite.plots import plot_model_probs
-from suite.sweeps import SWEEP_METRIC, plot_sweep, sweep_tables
+from suite.sweeps import SWEEP_METRIC, plot_sweep, sweep_slug, sweep_tables
 from suite.terminal import render
 
 #: Where a run keeps the pairs of problem and method that do not apply, so that a report shows them too.
 NOT_APPLICABLE_FILE = "not_applicable.json"
 NOTHING = "No runs planned: nothing to report."
-
-
-def sweep_slug(name: str) -> str:
-    """The file-name part of a sweep's outputs: ``sweep_<slug>.csv`` / ``.png``."""
-    return "".join(c if c.isalnum() else "-" for c in name.split(" (")[0]).strip("-")
 
 
 def check_facts(records: list[dict[str, Any]], out: Path, every: bool = False) -> None:

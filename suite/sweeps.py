@@ -22,6 +22,11 @@ from suite.plots import plt, save_figure
 SWEEP_METRIC = "cross_entropy"
 
 
+def sweep_slug(name: str) -> str:
+    """The file-name part of a sweep's outputs: ``sweep_<slug>.csv`` / ``.png``."""
+    return "".join(c if c.isalnum() else "-" for c in name.split(" (")[0]).strip("-")
+
+
 def sweep_of(records: list[dict[str, Any]], problem: str) -> tuple[str, Any] | None:
     """The (sweep name, x) ``problem`` belongs to according to its records' facts, or None."""
     sweep = (problem_facts(records, problem) or {}).get("sweep")

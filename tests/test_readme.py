@@ -116,6 +116,10 @@ def test_the_method_and_problem_skeletons_run_and_recover_the_exact_answer() -> 
         assert torch.isfinite(toy.log_joint(model_index, theta)).all()
         assert np.allclose(np.asarray(in_jax), toy.log_joint(model_index, theta).numpy(), rtol=0, atol=1e-12)
 
+        # two-gaussians: the proposal is the target, so every weight is the model prior and q(m) is exact up to
+        # rounding (TV 1e-16 to 8e-16 over seeds 0-4). sas: naive IS from N(0, 1) is a poor proposal, TV 0.023 to
+        # 0.098 over seeds 0-4 (0.023 at seed 0); 0.1 still tells it from an estimator that learned nothing
+        # (uniform q: TV 0.25 against the true 1/4, 3/4).
         for name, bar in (("two-gaussians", 1e-9), ("sas", 0.1)):
             problem = make_problem(name)
             method = make_method("naive-is").resolve(problem, "smoke")
