@@ -470,6 +470,11 @@ def _validate(args: argparse.Namespace) -> torch.device:
     if args.jobs > cores:
         print(f"note: --jobs {args.jobs} is more than the {cores} usable CPU core(s); running {cores} at a time")
         args.jobs = cores
+    if device.type == "cuda" and args.jobs > 1:
+        print(
+            f"note: {args.jobs} jobs share one GPU; a run with a time budget then gets fewer iterations than alone "
+            "(measured in docs/gpu.md); use --jobs 1 for leaderboards"
+        )
     return device
 
 

@@ -19,6 +19,18 @@ def row_sum(x: Tensor) -> Tensor:
     return x @ x.new_ones(x.shape[-1])
 
 
+def host_generator(generator: torch.Generator) -> torch.Generator:
+    """``generator`` itself when it is a CPU generator, else a CPU generator seeded by one draw from it.
+
+    Code that draws on the host (index permutations, initial weights) and then moves the result to the
+    device needs a CPU generator; a run on CUDA hands it its CUDA generator. On CPU nothing changes.
+    """
+    if generator.device.type == "cpu":
+        return generator
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
+    return torch.Generator().manual_seed(seed)
+
+
 def standard_normal(
     shape: tuple[int, ...], generator: torch.Generator, dtype: torch.dtype, device: torch.device
 ) -> Tensor:

@@ -36,7 +36,7 @@ INIT_SCALE = 0.1
 
 
 def _init(*shape: int, dtype: torch.dtype, generator: torch.Generator) -> nn.Parameter:
-    return nn.Parameter(INIT_SCALE * torch.randn(*shape, generator=generator, dtype=dtype))
+    return nn.Parameter(INIT_SCALE * torch.randn(*shape, generator=generator, dtype=dtype, device=generator.device))
 
 
 def _std_normal_log_prob(eps: Tensor, active: Tensor) -> Tensor:
@@ -104,7 +104,7 @@ class GaussianVIP(VariationalFamily):
         self.lower = _init(m, d, d, dtype=dtype, generator=generator) if full_rank else None
         self.lambda_logit = _init(m, d, dtype=dtype, generator=generator) if self.vip else None
         pair = active[:, :, None] & active[:, None, :]
-        self.register_buffer("_strict", torch.tril(torch.ones(d, d, dtype=torch.bool), -1) & pair)
+        self.register_buffer("_strict", torch.tril(torch.ones(d, d, dtype=torch.bool, device=pair.device), -1) & pair)
 
     def _scale_tril(self, models: Tensor | None) -> Tensor:
         diag = torch.diag_embed(torch.exp(self._rows(self.log_diag, models)))

@@ -38,7 +38,7 @@ from torch import Tensor, nn
 from methods.common.moments import safe_cholesky
 from methods.trj.transports import AffineTransport, active_log_prob
 from suite.problem import Problem, std_normal_log_prob
-from suite.tensor_ops import row_sum
+from suite.tensor_ops import host_generator, row_sum
 
 NUM_LAYERS = 3
 NUM_BINS = 10
@@ -496,7 +496,7 @@ class SplineTransport:
         num_models = problem.model_space.num_models
         if num_models is None:
             raise ValueError("per-model spline transports need an enumerable model space")
-        generator = generator if generator is not None else torch.Generator().manual_seed(0)
+        generator = torch.Generator().manual_seed(0) if generator is None else host_generator(generator)
         settings = FitSettings(
             iterations, learning_rate, batch_size, validation_fraction, double_batch_every, lr_factor_early
         )
@@ -643,7 +643,7 @@ class ConditionalSplineTransport:
         ``stop`` (see :data:`StopFn`) sees the one flow as part 0 of 1.
         """
         start, cpu_start = time.perf_counter(), time.process_time()
-        generator = generator if generator is not None else torch.Generator().manual_seed(0)
+        generator = torch.Generator().manual_seed(0) if generator is None else host_generator(generator)
         settings = FitSettings(
             iterations, learning_rate, batch_size, validation_fraction, double_batch_every, lr_factor_early
         )
