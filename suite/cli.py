@@ -21,8 +21,10 @@ import torch
 from tqdm.auto import tqdm
 
 from suite import checkpoints as ckpt
+from suite import claims
 from suite import parallel as par
 from suite import records as rec
+from suite.grid import dry_run_line, parse_shard, shard_of
 from suite.harness import DEVICE_CHOICES, resolve_device, tune_allocator
 from suite.leaderboard import NOT_APPLICABLE
 from suite.method import DTYPES, PROFILES, Method
@@ -49,6 +51,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 #: Largest --seeds, and largest --draws / --eval-draws: beyond them planning or memory would never end.
 MAX_SEEDS = 10_000
 MAX_DRAWS = 10_000_000
+#: Where runs execute: worker processes on this machine, or tasks on a Dask cluster (suite/dask_executor.py).
+EXECUTORS = ("local", "dask")
+CLUSTERS = ("local", "slurm")
 #: Key marking a run whose worker ended without writing its record (a crash, not a method's failure).
 LOST = "lost"
 EXIT_RULES = """exit status:
@@ -240,6 +245,61 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="RECORD_OR_DIR",
         help="rerun timed runs with the iteration counts their records hold instead of the clock: the same seed "
         "then gives bitwise the same numbers on any machine (a record file, or a results folder)",
+    )
+    parser.add_argument(
+        "--executor",
+        default="local",
+        choices=EXECUTORS,
+        help="local (default): worker processes on this machine (--jobs); dask: every run is a task on a Dask "
+        "cluster (--scheduler, or a LocalCluster of --jobs processes, or --cluster slurm); docs/distributed.md",
+    )
+    parser.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="with --executor dask: the address of a running Dask scheduler, e.g. tcp://10.0.0.5:8786",
+    )
+    parser.add_argument(
+        "--cluster",
+        default="local",
+        choices=CLUSTERS,
+        help="with --executor dask and no --scheduler: start a LocalCluster (default) or a Slurm cluster "
+        "through dask-jobqueue (needs --cluster-config; pip install 'tdbench[slurm]')",
+    )
+    parser.add_argument(
+        "--cluster-config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="with --cluster slurm: a TOML or YAML file of queue, cores, memory, walltime, gpus, jobs, ...",
+    )
+    parser.add_argument(
+        "--retries",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --executor dask: retries of a run whose task failed or whose worker died (default 1); a run "
+        "that still does not finish is recorded as failed with the reason",
+    )
+    parser.add_argument(
+        "--checkpoint-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where long runs save their checkpoints (default OUT/checkpoints; with --executor dask a path all "
+        "workers see, else a run moved to another worker restarts from its beginning)",
+    )
+    parser.add_argument(
+        "--shard",
+        default=None,
+        metavar="I/N",
+        help="run only the I-th of N disjoint slices of the planned grid (1 <= I <= N), e.g. from a Slurm array "
+        "job: --shard $SLURM_ARRAY_TASK_ID/N with --array=1-N; combine with 'tdbench report OUT'",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the planned runs (one JSON line each: problem, method, seed, options, key) and run nothing",
     )
     parser.add_argument(
         "--checkpoint-every",
@@ -460,8 +520,11 @@ def _validate(args: argparse.Namespace) -> torch.device:
             raise UsageError(f"--replay-counts: {exc}") from None
     if not args.checkpoint_every >= 0:
         raise UsageError(f"--checkpoint-every must be 0 (never save) or a positive number, got {args.checkpoint_every}")
+    _validate_distribution(args)
     try:
-        device = resolve_device(args.device)
+        remote = args.executor == "dask" and (args.scheduler is not None or args.cluster != "local")
+        # The runs happen on the cluster's workers: this machine needs no GPU of its own for --device cuda.
+        device = torch.device("cuda") if remote and args.device == "cuda" else resolve_device(args.device)
         rec.check_writable(args.out)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -470,12 +533,65 @@ def _validate(args: argparse.Namespace) -> torch.device:
     if args.jobs > cores:
         print(f"note: --jobs {args.jobs} is more than the {cores} usable CPU core(s); running {cores} at a time")
         args.jobs = cores
-    if device.type == "cuda" and args.jobs > 1:
+    if device.type == "cuda" and args.jobs > 1 and args.executor == "local":
         print(
             f"note: {args.jobs} jobs share one GPU; a run with a time budget then gets fewer iterations than alone "
             "(measured in docs/gpu.md); use --jobs 1 for leaderboards"
         )
     return device
+
+
+def _validate_distribution(args: argparse.Namespace) -> None:
+    """Check the executor, cluster, shard and checkpoint flags (no connection is made here)."""
+    dask_only = [
+        ("--scheduler", args.scheduler is not None),
+        ("--cluster slurm", args.cluster != "local"),
+        ("--cluster-config", args.cluster_config is not None),
+        ("--retries", args.retries is not None),
+    ]
+    if args.executor != "dask":
+        given = [flag for flag, present in dask_only if present]
+        if given:
+            verb = "applies" if len(given) == 1 else "apply"
+            raise UsageError(f"{', '.join(given)} {verb} only with --executor dask (executors: {', '.join(EXECUTORS)})")
+    args.retries = 1 if args.retries is None else args.retries
+    if args.retries < 0:
+        raise UsageError(f"--retries must be 0 or a positive integer, got {args.retries}")
+    args.shard_slice = None
+    if args.shard is not None:
+        try:
+            args.shard_slice = parse_shard(args.shard)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    if args.checkpoint_dir is not None:
+        try:
+            rec.check_writable(args.checkpoint_dir)
+        except ValueError as exc:
+            raise UsageError(f"--checkpoint-dir: {exc}") from None
+    if args.executor != "dask":
+        return
+    from suite.dask_executor import require_distributed
+
+    try:
+        require_distributed()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.scheduler is not None and (args.cluster != "local" or args.cluster_config is not None):
+        raise UsageError("--scheduler names a running cluster; --cluster and --cluster-config start one: give one")
+    if args.scheduler is not None and not args.scheduler.strip():
+        raise UsageError("--scheduler needs an address, e.g. tcp://HOST:8786")
+    if args.cluster == "slurm":
+        if args.cluster_config is None:
+            raise UsageError("--cluster slurm needs --cluster-config FILE (queue, cores, memory, walltime, jobs, ...)")
+        from suite.cluster_config import load_cluster_config, require_jobqueue
+
+        try:
+            require_jobqueue()
+            load_cluster_config(args.cluster_config)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    elif args.cluster_config is not None:
+        raise UsageError("--cluster-config describes a Slurm cluster: add --cluster slurm")
 
 
 def _check_out(out: Path, profile: str) -> None:
@@ -521,19 +637,30 @@ def _out_folder(text: str) -> Path:
     return Path(text)
 
 
-def run_plan(plan: list[PlannedRun], args: argparse.Namespace, device: torch.device) -> list[dict]:
-    """Execute unfinished runs (all with ``--force``), each record written as soon as its run is done."""
+def run_plan(plan: list[PlannedRun], args: argparse.Namespace, device: torch.device, session: Any = None) -> list[dict]:
+    """Execute unfinished runs (all with ``--force``), each record written as soon as its run is done.
+
+    Each run is claimed first (:mod:`suite.claims`): a run another live process is running into the same folder
+    is left to it, and only the runs with records are returned. With a Dask ``session`` the runs are its tasks.
+    """
     rec.remove_stale_temporaries(args.out)
     todo = [run for run in plan if args.force or not rec.is_finished(args.out, run.key)]
-    if args.force:
-        for run in todo:
-            ckpt.checkpoint_path(args.out, run.key.filename).unlink(missing_ok=True)
-    skipped = len(plan) - len(todo)
+    held, busy = _claim(todo, args)
+    skipped = len(plan) - len(todo) + (len(todo) - len(held) - len(busy))  # recorded before, or while planning
     if skipped:
         print(f"{skipped} of {len(plan)} runs already have records in {args.out} (use --force to re-run them)")
-    jobs = min(args.jobs, len(todo)) if todo else 1
-    threads = max(1, torch.get_num_threads() // jobs) if jobs > 1 else torch.get_num_threads()
-    if jobs > 1:
+    if busy:
+        print(f"{len(busy)} of {len(plan)} runs are being run by another process into {args.out}; left to it")
+    todo = [run for run in todo if run.key.filename in held]
+    if args.force:
+        for run in todo:
+            par.checkpoint_file(args.out, run.key.filename, args.checkpoint_dir).unlink(missing_ok=True)
+    jobs, threads = _layout(args, len(todo), session)
+    if session is not None and todo:
+        where = session.settings.describe()
+        where += "" if session.settings.scheduler else f" ({session.address})"
+        print(f"{len(todo)} runs as tasks on {where}, {threads} thread(s) a run")
+    elif session is None and jobs > 1:
         print(f"{len(todo)} runs in {jobs} worker processes, {threads} thread(s) each (--jobs 1: one at a time)")
 
     def spec(run: PlannedRun) -> par.RunSpec:
@@ -550,27 +677,74 @@ def run_plan(plan: list[PlannedRun], args: argparse.Namespace, device: torch.dev
             args.problem_options.get(run.key.problem, {}),
             checkpoint_every_s=args.checkpoint_every,
             dtype=args.dtype,
-            progress=jobs == 1 and not args.no_progress,
+            progress=jobs == 1 and session is None and not args.no_progress,
             time_budget_s=run.time_budget_s,
             replay=run.replay,
+            checkpoint_dir=args.checkpoint_dir,
+            exclusive=not args.force,
         )
 
     by_key = {run.key.filename: run for run in todo}
     bar = tqdm(total=len(todo), desc="runs", unit="run", disable=args.no_progress or None)
     lost: dict[str, dict] = {}
-    if jobs > 1:
+    if session is not None:
+        from suite.dask_executor import run_grid
+
+        outcomes = run_grid(session, [spec(run) for run in todo], by_key)
+    elif jobs > 1:
         outcomes = par.run_in_workers([spec(run) for run in todo], jobs, threads)
     else:
         outcomes = _run_serially([spec(run) for run in todo], by_key, bar)
-    for done, status, reason in outcomes:
-        bar.update(1)
-        key = done.key
-        if status != "ok":
-            tqdm.write(f"FAILED {key.problem} / {key.method} / seed {key.seed}: {reason}")
-        if not rec.is_finished(args.out, key):  # the worker died before writing: shown, not saved (a rerun retries)
-            lost[key.filename] = {**dataclasses.asdict(key), "status": status, "reason": reason, LOST: True}
+    try:
+        for done, status, reason in outcomes:
+            bar.update(1)
+            key = done.key
+            if status != "ok":
+                tqdm.write(f"FAILED {key.problem} / {key.method} / seed {key.seed}: {reason}")
+            finished = rec.is_finished(args.out, key)
+            if not finished:  # the worker died before writing: shown, not saved (a rerun retries)
+                lost[key.filename] = {**dataclasses.asdict(key), "status": status, "reason": reason, LOST: True}
+            held.pop(key.filename).release(finished=finished)
+    finally:
+        for claim in held.values():
+            claim.release()
+        claims.remove_empty_locks_dir(args.out)
     bar.close()
-    return [lost.get(run.key.filename) or rec.read_record(args.out, run.key) for run in plan]
+    busy_names = {run.key.filename for run in busy}
+    return [
+        lost.get(run.key.filename) or rec.read_record(args.out, run.key)
+        for run in plan
+        if run.key.filename not in busy_names
+    ]
+
+
+def _claim(todo: list[PlannedRun], args: argparse.Namespace) -> tuple[dict[str, claims.RunClaim], list[PlannedRun]]:
+    """Claim every run to do: (the claims held, by record name; the runs another live process holds)."""
+    claims.raise_open_file_limit()
+    held: dict[str, claims.RunClaim] = {}
+    busy: list[PlannedRun] = []
+    for run in todo:
+        claim = claims.RunClaim(args.out, run.key.filename)
+        if not claim.acquire():
+            busy.append(run)
+        elif not args.force and rec.is_finished(args.out, run.key):  # finished while we were planning
+            claim.release(finished=True)
+        else:
+            held[run.key.filename] = claim
+    return held, busy
+
+
+def _layout(args: argparse.Namespace, num_runs: int, session: Any) -> tuple[int, int]:
+    """(runs side by side, torch threads per run) for the local pool or a Dask session."""
+    if session is None:
+        jobs = min(args.jobs, num_runs) if num_runs else 1
+        return jobs, max(1, torch.get_num_threads() // jobs) if jobs > 1 else torch.get_num_threads()
+    if session.cluster is not None and session.settings.cluster == "local":  # workers share this machine's cores
+        workers = session.settings.workers
+        return workers, max(1, torch.get_num_threads() // workers)
+    if session.slurm_config is not None:  # one task per worker process, each with its share of the job's cores
+        return max(1, session.task_slots()), session.slurm_config.cores_per_worker
+    return max(1, session.task_slots()), 1  # other machines: one thread a task, one task per core
 
 
 def _run_serially(specs: list[par.RunSpec], by_key: dict[str, PlannedRun], bar: Any) -> Any:
@@ -658,24 +832,29 @@ def run(args: argparse.Namespace, prog: str) -> int:
     except UsageError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
+    grid_size = len(plan)
+    if args.shard_slice is not None:
+        plan = shard_of(plan, *args.shard_slice)
+    if args.dry_run:
+        for planned in plan:
+            print(dry_run_line(planned.key, rec.is_finished(args.out, planned.key)))
+        return 0
     for note in notes:
         if note.method is None:
             print(f"note: {note}")
     for line in summarise_not_applicable([note.as_record() for note in notes if note.method is not None]):
         print(line)
-    print(f"Profile {args.profile}: {len(plan)} runs on {device} ({args.dtype}), results in {args.out}")
+    shard = "" if args.shard_slice is None else f" (shard {args.shard} of a grid of {grid_size})"
+    print(f"Profile {args.profile}: {len(plan)} runs{shard} on {device} ({args.dtype}), results in {args.out}")
     start = time.perf_counter()
+    try:  # a cluster is reached (or started) only when some run is left to do
+        unfinished = args.force or not all(rec.is_finished(args.out, planned.key) for planned in plan)
+        session = _open_session(args, device) if unfinished else None
+    except ValueError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
     try:
-        records = run_plan(plan, args, device)
-        earlier = earlier_records(args, device, plan)
-        if earlier:
-            methods = sorted({record["method"] for record in earlier})
-            runs = f"{len(earlier)} earlier run{'s' if len(earlier) != 1 else ''}"
-            print(f"\nThe leaderboards also show {runs} in {args.out} with the same settings: {', '.join(methods)}")
-        not_applicable = [note.as_record() for note in notes if note.method is not None]
-        if not_applicable:
-            save_not_applicable(args.out, notes)
-        print(write_report(records + earlier + not_applicable, args.out, args.profile, args.wide))
+        records = _run_and_report(plan, notes, args, device, session)
     except KeyboardInterrupt:
         print(
             "\nInterrupted: finished runs are saved, and long trainings that save checkpoints continue from their last "
@@ -689,11 +868,53 @@ def run(args: argparse.Namespace, prog: str) -> int:
         where = exc.filename or args.out
         print(f"{prog}: error: disk full while writing {where}; finished records are kept", file=sys.stderr)
         return 1
+    finally:
+        if session is not None:
+            session.close()
     print(f"Total time {time.perf_counter() - start:.1f} s")
     status = _summarise(records, prog)
-    if records:
+    if args.shard_slice is not None:
+        print(f"Shard {args.shard} done; once every shard has finished: tdbench report {args.out}")
+    elif records:
         print(report_path_line(args.out))
     return status
+
+
+def _open_session(args: argparse.Namespace, device: torch.device) -> Any:
+    """The Dask session of ``--executor dask`` (connected, or with the cluster it starts), else None."""
+    if args.executor != "dask":
+        return None
+    from suite.dask_executor import DaskSession, DaskSettings
+
+    settings = DaskSettings(
+        scheduler=args.scheduler,
+        cluster=args.cluster,
+        cluster_config=args.cluster_config,
+        workers=args.jobs,
+        retries=args.retries,
+        gpu=device.type == "cuda",
+    )
+    print(f"Connecting to {settings.describe()} ...")
+    return DaskSession(settings)
+
+
+def _run_and_report(
+    plan: list[PlannedRun], notes: list[Skipped], args: argparse.Namespace, device: torch.device, session: Any
+) -> list[dict]:
+    """Run the plan and, unless this is one shard of a grid, write and print the report; the plan's records."""
+    records = run_plan(plan, args, device, session)
+    if args.shard_slice is not None:  # shards end at different times: one report of all of them comes after
+        return records
+    earlier = earlier_records(args, device, plan)
+    if earlier:
+        methods = sorted({record["method"] for record in earlier})
+        runs = f"{len(earlier)} earlier run{'s' if len(earlier) != 1 else ''}"
+        print(f"\nThe leaderboards also show {runs} in {args.out} with the same settings: {', '.join(methods)}")
+    not_applicable = [note.as_record() for note in notes if note.method is not None]
+    if not_applicable:
+        save_not_applicable(args.out, notes)
+    print(write_report(records + earlier + not_applicable, args.out, args.profile, args.wide))
+    return records
 
 
 def describe_command(name: str, prog: str) -> int:

@@ -68,6 +68,21 @@ class RunSpec:
     time_budget_s: float | None = None
     #: Counts of an earlier timed run to replay (:class:`suite.context.RunContext`), or None.
     replay: dict[str, Any] | None = None
+    #: Folder of the run's checkpoints (``--checkpoint-dir``); None: ``out/checkpoints``.
+    checkpoint_dir: Path | None = None
+    #: Create the record only if none is there (False with ``--force``, which replaces it).
+    exclusive: bool = True
+
+    def checkpoint_file(self) -> Path:
+        """Where this run saves and finds its checkpoint."""
+        return checkpoint_file(self.out, self.key.filename, self.checkpoint_dir)
+
+
+def checkpoint_file(out: Path, record_filename: str, checkpoint_dir: Path | None) -> Path:
+    """A run's checkpoint: under ``checkpoint_dir`` when given (a path all workers see), else ``out/checkpoints``."""
+    if checkpoint_dir is None:
+        return ckpt.checkpoint_path(out, record_filename)
+    return Path(checkpoint_dir) / (Path(record_filename).stem + ".pt")
 
 
 def usable_cores() -> int:
@@ -152,7 +167,7 @@ def run_spec(spec: RunSpec, problem: Problem | None = None, method: Method | Non
     if gold_key not in _GOLD:
         _GOLD[gold_key] = gold_draws(problem, spec.eval_draws)
     plot_path = Path(spec.out) / "plots" / f"{Path(spec.key.filename).stem}.png"
-    path = ckpt.checkpoint_path(spec.out, spec.key.filename)
+    path = spec.checkpoint_file()
     context = RunContext(
         seed=spec.key.seed,
         device=torch.device(spec.device),
@@ -174,7 +189,9 @@ def run_spec(spec: RunSpec, problem: Problem | None = None, method: Method | Non
     record = execute(problem, method, context, _GOLD[gold_key], plot_path, run_info, draws_path)
     _exit_if_orphaned()  # nobody would read the record: leave the folder as the parent's death left it
     try:
-        rec.write_record(spec.out, spec.key, record)
+        rec.write_record(spec.out, spec.key, record, exclusive=spec.exclusive)
+    except rec.RecordExists:
+        pass  # another process recorded this run first (a file system without working locks): its record stands
     except OSError as exc:
         if exc.errno == errno.ENOSPC and not exc.filename:  # name the record the full disk refused
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(rec.record_path(spec.out, spec.key))) from exc

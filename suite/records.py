@@ -16,6 +16,7 @@ process still writing one.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -116,8 +117,18 @@ def is_finished(out: Path, key: RunKey) -> bool:
     return path.is_file() and _read_valid(path, key) is not None
 
 
-def write_record(out: Path, key: RunKey, record: dict[str, Any]) -> Path:
-    """Write ``record`` for ``key`` atomically and return its path."""
+class RecordExists(FileExistsError):
+    """An exclusive write found the run's record already there (another process published it first)."""
+
+
+def write_record(out: Path, key: RunKey, record: dict[str, Any], exclusive: bool = False) -> Path:
+    """Write ``record`` for ``key`` atomically and return its path.
+
+    With ``exclusive`` the record is created only if no usable one is there (a hard link of the finished temporary
+    file, which fails when the name exists): the loser of two racing writers gets :class:`RecordExists` and writes
+    nothing, so a record is never written twice; an unusable file there (cut short) is replaced. Without
+    ``exclusive`` an existing record is replaced (``--force``).
+    """
     folder = records_dir(out)
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / key.filename
@@ -128,11 +139,30 @@ def write_record(out: Path, key: RunKey, record: dict[str, Any]) -> Path:
             handle.write(payload)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, final)
-    except BaseException:
+        if not exclusive:
+            os.replace(tmp, final)
+        elif not _create_from(Path(tmp), final):
+            if _parse(final, key)[0] is not None:
+                raise RecordExists(errno.EEXIST, "another process recorded this run first", str(final))
+            os.replace(tmp, final)  # an unusable record there (a write cut short) gives way, as a rerun's would
+    finally:
         Path(tmp).unlink(missing_ok=True)
-        raise
     return final
+
+
+def _create_from(tmp: Path, final: Path) -> bool:
+    """Give ``tmp``'s content the name ``final`` only if that name is free; False when it is taken."""
+    try:
+        os.link(tmp, final)
+    except FileExistsError:
+        return False
+    except OSError as exc:  # a file system without hard links: check, then rename (a narrow race remains)
+        if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
+            raise
+        if final.exists():
+            return False
+        os.replace(tmp, final)
+    return True
 
 
 def temporary_prefix(name: str) -> str:

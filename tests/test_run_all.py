@@ -491,7 +491,7 @@ def test_disk_full_while_writing_a_record(
 ) -> None:
     from suite import records as rec
 
-    def full(out: Path, key: RunKey, record: dict) -> Path:
+    def full(out: Path, key: RunKey, record: dict, exclusive: bool = False) -> Path:
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(rec, "write_record", full)
