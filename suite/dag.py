@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from suite import dag_metrics
+from suite.cpdag import expected_cpdag_shd
 from suite.metrics import Estimate
 from suite.types import Draws, ModelProbs
 
@@ -98,6 +99,10 @@ def graph_task_metrics(
         index, weights = draws.model_index.cpu(), None
     graphs = problem.adjacency(index).cpu()
     values = dag_metrics.dag_metrics(graphs, problem.true_adjacency.cpu(), weights)
+    # SHD between Markov equivalence classes (BayesDAG's E-CPDAG-SHD): data identify a linear-Gaussian DAG no
+    # further than its class, so an orientation the data cannot decide costs nothing here.
+    normalised = None if weights is None else weights / weights.sum()
+    values["expected_cpdag_shd"] = expected_cpdag_shd(graphs, problem.true_adjacency.cpu(), normalised)
     if exact is not None:
         truth_graphs = problem.adjacency(exact.index).cpu()
         values["mmd_hamming"] = dag_metrics.mmd_hamming(graphs, truth_graphs, weights, exact.prob.to(torch.float64))
