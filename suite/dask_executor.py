@@ -130,12 +130,6 @@ class DaskSession:
             if self.cluster is not None:
                 self.cluster.close()
 
-    def __enter__(self) -> DaskSession:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 # --------------------------------------------------------------------------- worker side
 _WORKER_READY = False
