@@ -3,5 +3,6 @@
 from methods import rjmcmc  # noqa: F401  (registers "rjmcmc-baseline", "rjmcmc-naive")
 from methods.dagma import method as _dagma  # noqa: F401  (registers "dagma")
 from methods.mif import method as _mif  # noqa: F401  (registers "mif", "iaf", "fr-vip", "fr", "mf")
+from methods.order_mcmc import method as _order_mcmc  # noqa: F401  (registers "order-mcmc")
 from methods.trj import method as _trj  # noqa: F401  (registers "trj", "ctrj")
 from methods.vti import method as _vti  # noqa: F401  (registers "vti-surrogate", "vti-mcg")

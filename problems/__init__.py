@@ -9,6 +9,7 @@ from problems import (  # noqa: F401  (each registers its problems)
     funnel,
     gmm_2d,
     linear_dag,
+    linear_dag_bge,
     robust_vs,
     sas,
     seeds,

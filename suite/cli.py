@@ -13,7 +13,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,8 @@ class PlannedRun:
     time_budget_s: float | None = None
     #: Counts of the timed run this one replays (``--replay-counts``), or None.
     replay: dict[str, Any] | None = None
+    #: The problem's constructor options (``--problem-option`` values and, for several data sets, ``data_seed``).
+    problem_options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -395,6 +397,25 @@ def print_registry() -> None:
         print(clip(f"  {name:<{width}}  {text}"))
 
 
+def _problem_instances(
+    problems: list[str], problem_options: dict[str, dict[str, Any]], profile: str
+) -> list[tuple[str, dict[str, Any]]]:
+    """(name, constructor options) of every problem instance to plan: one per data set for problems with several.
+
+    A problem whose class lists ``data_sets`` for the profile is planned once per ``data_seed`` in
+    ``range(data_sets[profile])``, unless the user fixed ``data_seed`` with ``--problem-option``.
+    """
+    instances = []
+    for name in problems:
+        options = problem_options.get(name, {})
+        count = problem_class(name).data_sets.get(profile, 0)
+        if count and "data_seed" not in options:
+            instances.extend((name, {**options, "data_seed": seed}) for seed in range(count))
+        else:
+            instances.append((name, options))
+    return instances
+
+
 def plan_runs(args: argparse.Namespace, device: torch.device) -> tuple[list[PlannedRun], list[Skipped]]:
     """Every (problem, method, seed) to run, and the combinations left out with the reason.
 
@@ -414,9 +435,9 @@ def plan_runs(args: argparse.Namespace, device: torch.device) -> tuple[list[Plan
     unplanned = sorted(set(args.method_options) - set(methods))
     if unplanned:
         raise UsageError(f"--option for {', '.join(unplanned)}, which this run does not plan")
-    for problem_name in problems:
+    for problem_name, options in _problem_instances(problems, problem_options, args.profile):
         try:
-            problem = make_problem(problem_name, **problem_options.get(problem_name, {}))
+            problem = make_problem(problem_name, **options)
         except (TypeError, ValueError) as exc:
             raise UsageError(f"{problem_name}: {exc}") from None
         reason = problem.unavailable_reason() or reference_store.reference_problem(problem)  # a bad reference too
@@ -463,9 +484,10 @@ def plan_runs(args: argparse.Namespace, device: torch.device) -> tuple[list[Plan
                         resolved,
                         key_config["time_budget_s"],
                         None if replay is None else replay["counts"],
+                        options,
                     )
                 )
-    return plan, notes
+    return plan, list(dict.fromkeys(notes))  # one note per problem, not per data set
 
 
 def time_budget_for(problem: Problem, args: argparse.Namespace) -> float | None:
@@ -674,7 +696,7 @@ def run_plan(plan: list[PlannedRun], args: argparse.Namespace, device: torch.dev
             args.out,
             jobs,
             threads,
-            args.problem_options.get(run.key.problem, {}),
+            run.problem_options,
             checkpoint_every_s=args.checkpoint_every,
             dtype=args.dtype,
             progress=jobs == 1 and session is None and not args.no_progress,

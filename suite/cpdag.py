@@ -6,72 +6,65 @@ import torch
 from torch import Tensor
 
 
-def _edges(adjacency: Tensor) -> list[list[bool]]:
-    """A validated square 0/1 acyclic adjacency as nested Python bools."""
-    if adjacency.dim() != 2 or adjacency.shape[0] != adjacency.shape[1]:
-        raise ValueError(f"adjacency must be a square [d, d] matrix, got shape {tuple(adjacency.shape)}")
-    values = adjacency.detach().to("cpu", torch.float64)
+def _check_dags(adjacency: Tensor) -> Tensor:
+    """Validated 0/1 acyclic adjacencies ``[B, d, d]`` as bool (ValueError on anything else)."""
+    if adjacency.dim() != 3 or adjacency.shape[1] != adjacency.shape[2]:
+        raise ValueError(f"adjacency must be a square [d, d] matrix, got shape {tuple(adjacency.shape[1:])}")
+    values = adjacency.detach().cpu()
     if not bool(((values == 0) | (values == 1)).all()):
         raise ValueError("adjacency entries must be 0 or 1")
-    if bool(values.diagonal().any()):
+    dags = values == 1
+    if bool(dags.diagonal(dim1=1, dim2=2).any()):
         raise ValueError("adjacency has a self-loop (non-zero diagonal); a DAG must have a zero diagonal")
-    edges = (values == 1).tolist()
-    # Kahn's algorithm: a graph is acyclic iff every node can be peeled off with in-degree zero.
-    d = len(edges)
-    indegree = [sum(edges[i][j] for i in range(d)) for j in range(d)]
-    ready = [j for j in range(d) if indegree[j] == 0]
-    seen = 0
-    while ready:
-        i = ready.pop()
-        seen += 1
-        for j in range(d):
-            if edges[i][j]:
-                indegree[j] -= 1
-                if indegree[j] == 0:
-                    ready.append(j)
-    if seen != d:
+    power = dags.to(torch.float32)
+    for _ in range(dags.shape[-1] - 1):  # acyclic iff nilpotent: A^d = 0
+        power = (power @ dags.to(torch.float32)).clamp_max(1.0)
+    if bool(power.any()):
         raise ValueError("adjacency contains a directed cycle; a DAG is required")
-    return edges
+    return dags
+
+
+def _any_path(first: Tensor, second: Tensor) -> Tensor:
+    """``[B, d, d]`` bool: some k with first[i, k] and second[k, j] (a boolean matrix product)."""
+    return (first.to(torch.float32) @ second.to(torch.float32)) > 0
+
+
+def cpdags(adjacency: Tensor) -> Tensor:
+    """CPDAGs of a batch of DAGs ``[B, d, d]`` (0/1, a[i, j] = 1: i -> j), int64 ``[B, d, d]``.
+
+    c[i, j] = 1, c[j, i] = 0: compelled i -> j; both 1: reversible (undirected). The edges of v-structures are
+    compelled, then Meek's rules R1-R3 orient more until nothing changes (R4 is never needed when starting from a
+    DAG's v-structures). Each round applies every rule to every edge of every graph at once; the rules are sound,
+    so the simultaneous rounds reach the same unique closure as one edge at a time.
+    """
+    dag = _check_dags(adjacency)
+    d = dag.shape[-1]
+    off_diagonal = ~torch.eye(d, dtype=torch.bool)
+    adjacent = dag | dag.transpose(1, 2)
+    non_adjacent = ~adjacent & off_diagonal  # distinct, non-adjacent pairs
+    # a -> c is in a v-structure iff c has another parent b not adjacent to a.
+    directed = dag & _any_path(non_adjacent, dag)
+    for _ in range(d * d):
+        undirected = adjacent & ~directed & ~directed.transpose(1, 2)
+        # R1: k -> i - j with k, j non-adjacent  =>  i -> j.
+        r1 = _any_path(directed.transpose(1, 2), non_adjacent)
+        # R2: i -> k -> j with i - j  =>  i -> j.
+        r2 = _any_path(directed, directed)
+        # R3: i - k -> j and i - l -> j with k, l non-adjacent  =>  i -> j.
+        kite = (undirected[:, :, None, :] & directed.transpose(1, 2)[:, None, :, :]).to(torch.float32)  # [B, i, j, k]
+        r3 = torch.einsum("bijk,bkl,bijl->bij", kite, non_adjacent.to(torch.float32), kite) > 0
+        new = undirected & (r1 | r2 | r3)
+        if not bool(new.any()):
+            break
+        directed = directed | new
+    return (adjacent & ~directed.transpose(1, 2)).to(torch.int64)
 
 
 def cpdag(adjacency: Tensor) -> Tensor:
-    """The CPDAG of a DAG ([d, d] 0/1, a[i, j] = 1: i -> j): c[i,j]=1, c[j,i]=0 compelled; both 1 reversible."""
-    dag = _edges(adjacency)
-    d = len(dag)
-    adjacent = [[dag[i][j] or dag[j][i] for j in range(d)] for i in range(d)]
-    directed = [[False] * d for _ in range(d)]
-    # Edges of v-structures a -> c <- b with a, b non-adjacent are compelled.
-    for c in range(d):
-        parents = [p for p in range(d) if dag[p][c]]
-        for x, a in enumerate(parents):
-            for b in parents[x + 1 :]:
-                if not adjacent[a][b]:
-                    directed[a][c] = directed[b][c] = True
-
-    def undirected(i: int, j: int) -> bool:
-        return adjacent[i][j] and not directed[i][j] and not directed[j][i]
-
-    # Meek rules R1-R3 to closure (R4 is never needed when starting from a DAG's v-structures).
-    changed = True
-    while changed:
-        changed = False
-        for i in range(d):
-            for j in range(d):
-                if not undirected(i, j):
-                    continue
-                others = [k for k in range(d) if k not in (i, j)]
-                # R1: k -> i - j with k, j non-adjacent  =>  i -> j.
-                r1 = any(directed[k][i] and not adjacent[k][j] for k in others)
-                # R2: i -> k -> j with i - j  =>  i -> j.
-                r2 = any(directed[i][k] and directed[k][j] for k in others)
-                # R3: i - k -> j and i - l -> j with k, l non-adjacent  =>  i -> j.
-                kites = [k for k in others if undirected(i, k) and directed[k][j]]
-                r3 = any(not adjacent[k][m] for x, k in enumerate(kites) for m in kites[x + 1 :])
-                if r1 or r2 or r3:
-                    directed[i][j] = True
-                    changed = True
-    result = [[adjacent[i][j] and not directed[j][i] for j in range(d)] for i in range(d)]
-    return torch.tensor(result, dtype=torch.int64).reshape(d, d)
+    """The CPDAG of one DAG ([d, d] 0/1, a[i, j] = 1: i -> j): c[i,j]=1, c[j,i]=0 compelled; both 1 reversible."""
+    if adjacency.dim() != 2:
+        raise ValueError(f"adjacency must be a square [d, d] matrix, got shape {tuple(adjacency.shape)}")
+    return cpdags(adjacency[None])[0]
 
 
 def cpdag_shd(a: Tensor, b: Tensor) -> int:
@@ -81,6 +74,14 @@ def cpdag_shd(a: Tensor, b: Tensor) -> int:
     a, b = a.detach().cpu() != 0, b.detach().cpu() != 0
     differs = (a != b) | (a.T != b.T)
     return int(differs.triu(diagonal=1).sum())
+
+
+def cpdag_shd_to_truth(graphs: Tensor, truth: Tensor) -> Tensor:
+    """float64 ``[B]``: cpdag_shd(cpdag(G_b), cpdag(truth)) for DAGs ``[B, d, d]``, all graphs at once."""
+    reference = cpdag(truth) != 0
+    classes = cpdags(graphs) != 0
+    differs = (classes != reference) | (classes.transpose(1, 2) != reference.T)
+    return differs.triu(diagonal=1).sum((1, 2)).to(torch.float64)
 
 
 def expected_cpdag_shd(graphs: Tensor, truth: Tensor, weights: Tensor | None = None) -> float:
@@ -95,7 +96,6 @@ def expected_cpdag_shd(graphs: Tensor, truth: Tensor, weights: Tensor | None = N
     weights = weights.detach().cpu().to(torch.float64)
     if weights.shape != (n,) or bool((weights < 0).any()) or abs(float(weights.sum()) - 1.0) > 1e-6:
         raise ValueError(f"weights must be [{n}] non-negative and sum to 1, got shape {tuple(weights.shape)}")
-    reference = cpdag(truth)
     distinct, inverse = torch.unique(graphs.detach().cpu().to(torch.int64), dim=0, return_inverse=True)
-    distances = torch.tensor([cpdag_shd(cpdag(g), reference) for g in distinct], dtype=torch.float64)
+    distances = cpdag_shd_to_truth(distinct, truth)
     return float((weights * distances[inverse]).sum())

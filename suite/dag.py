@@ -10,13 +10,14 @@ having the members of :class:`DAGProblem`; no base class is needed.
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
 
 from suite import dag_metrics
-from suite.cpdag import expected_cpdag_shd
+from suite.cpdag import cpdag_shd_to_truth, expected_cpdag_shd
 from suite.metrics import Estimate
 from suite.types import Draws, ModelProbs
 
@@ -44,6 +45,20 @@ class DAGProblem(Protocol):
 
     def observations(self) -> Tensor:
         """The data, float64 ``[n, d]``, columns in the problem's node order, as the likelihood sees them."""
+        ...
+
+
+@runtime_checkable
+class DecomposableScore(Protocol):
+    """A DAG problem whose log p(G) + log p(D | G) is a sum of closed-form per-node terms (order MCMC needs it)."""
+
+    num_nodes: int
+
+    def local_log_scores(self) -> Tensor:
+        """float64 ``[d, 2^d]``: node j's term for each parent-set bitmask (-inf where the set holds j).
+
+        ``log p(G) + log p(D | G) = sum_j scores[j, parents_j(G)] + const``.
+        """
         ...
 
 
@@ -79,6 +94,23 @@ def is_acyclic(adjacency: Tensor) -> Tensor:
     return ~transitive_closure(adjacency).diagonal(dim1=-2, dim2=-1).any(-1)
 
 
+#: Enumerated spaces up to this size get every model's CPDAG SHD to the truth tabulated once (a running
+#: estimate is scored many times; the 29,281 DAGs on 5 nodes take about half a second).
+MAX_TABLED_MODELS = 100_000
+_CPDAG_SHD_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _cpdag_shd_table(problem: DAGProblem) -> Tensor | None:
+    """CPDAG SHD to the true graph of every model ``[K]`` (cached per problem), or None for large spaces."""
+    num_models = getattr(problem, "num_models", None)
+    if num_models is None or num_models > MAX_TABLED_MODELS or problem.true_adjacency is None:
+        return None
+    if problem not in _CPDAG_SHD_TABLES:
+        graphs = problem.adjacency(torch.arange(num_models)).cpu()
+        _CPDAG_SHD_TABLES[problem] = cpdag_shd_to_truth(graphs, problem.true_adjacency.cpu())
+    return _CPDAG_SHD_TABLES[problem]
+
+
 def graph_task_metrics(
     problem: DAGProblem,
     model_probs: ModelProbs | None,
@@ -101,8 +133,13 @@ def graph_task_metrics(
     values = dag_metrics.dag_metrics(graphs, problem.true_adjacency.cpu(), weights)
     # SHD between Markov equivalence classes (BayesDAG's E-CPDAG-SHD): data identify a linear-Gaussian DAG no
     # further than its class, so an orientation the data cannot decide costs nothing here.
-    normalised = None if weights is None else weights / weights.sum()
-    values["expected_cpdag_shd"] = expected_cpdag_shd(graphs, problem.true_adjacency.cpu(), normalised)
+    normalised = torch.full((len(index),), 1.0 / len(index), dtype=torch.float64) if weights is None else weights
+    normalised = normalised / normalised.sum()
+    table = _cpdag_shd_table(problem)
+    if table is not None:
+        values["expected_cpdag_shd"] = float((normalised * table[index.long()]).sum())
+    else:
+        values["expected_cpdag_shd"] = expected_cpdag_shd(graphs, problem.true_adjacency.cpu(), normalised)
     if exact is not None:
         truth_graphs = problem.adjacency(exact.index).cpu()
         values["mmd_hamming"] = dag_metrics.mmd_hamming(graphs, truth_graphs, weights, exact.prob.to(torch.float64))

@@ -5,7 +5,8 @@ beside it (``leaderboard_<problem>.png``, ``curves_<problem>.png``, ``sweep_<nam
 paths, so the folder can be copied anywhere. A picture that was not written is not linked. Contents: an overview
 matrix of problems x methods (the main metric at the common budget, coloured per problem, best marked,
 not-applicable and failed cells told apart, failures listed), then per problem its leaderboard, model-probability
-small multiples, curves, DAG table and the papers' numbers, then the sweeps and the environment of the runs.
+small multiples, curves, DAG table and the papers' numbers, then the DAG posterior study in the format of BayesDAG
+Fig. 2 (``posterior_fig2.png``, when exact-posterior DAG problems ran), the sweeps and the environment of the runs.
 
 Like the rest of the report it imports nothing from ``problems/``, ``methods/`` or the registry: what it needs to
 know about a problem comes from ``record["problem_facts"]``.
@@ -38,6 +39,8 @@ from suite.leaderboard import (
     trace_note,
     write_atomically,
 )
+from suite.posterior_tables import LEGEND as POSTERIOR_LEGEND
+from suite.posterior_tables import PAPER_NOTE, display_frame, posterior_table
 from suite.sweeps import SWEEP_METRIC, sweep_slug, sweep_tables
 
 #: Methods in the order of the overview's columns (others follow, alphabetically), as in ``suite.overview``.
@@ -118,6 +121,7 @@ def render_page(records: list[dict[str, Any]], out: Path, profile: str | None = 
     tables = {p: summary_table(long, p, records) for p in problems}
     sweeps = sweep_tables(records)
     dags = dag_tables(records)
+    posterior = posterior_table(records)
     papers = reported_comparison(records)
     title = "tdbench results" + (f": {profile} profile" if profile else "")
     runs = [r for r in records if r["status"] != NOT_APPLICABLE]
@@ -136,12 +140,14 @@ def render_page(records: list[dict[str, Any]], out: Path, profile: str | None = 
         f'<p class="muted">{len(runs)} runs of {len(problems)} problems and {len(methods)} methods'
         + (f"; last run finished {esc(finished)}" if finished else "")
         + ". Generated from the records in <code>records/</code>.</p>",
-        _nav(problems, sweeps),
+        _nav(problems, sweeps, not posterior.empty),
         _overview(problems, methods, tables, records),
     ]
     for problem in problems:
         mine = papers[papers["problem"] == problem] if not papers.empty else papers
         parts.append(_problem_section(problem, facts[problem], tables[problem], records, out, sweeps, dags, mine))
+    if not posterior.empty:
+        parts.append(_posterior_section(posterior, out))
     if sweeps:
         parts.append(_sweep_section(sweeps, out))
     parts.append(_environment(records))
@@ -149,9 +155,11 @@ def render_page(records: list[dict[str, Any]], out: Path, profile: str | None = 
     return "\n".join(parts)
 
 
-def _nav(problems: list[str], sweeps: dict[str, pd.DataFrame]) -> str:
+def _nav(problems: list[str], sweeps: dict[str, pd.DataFrame], posterior: bool = False) -> str:
     items = ['<li><a href="#overview">Overview</a></li>']
     items += [f'<li><a href="#{esc(anchor(p))}">{esc(p)}</a></li>' for p in problems]
+    if posterior:
+        items.append('<li><a href="#posterior">DAG posterior (BayesDAG Fig. 2)</a></li>')
     if sweeps:
         items.append('<li><a href="#sweeps">Sweeps</a></li>')
     items.append('<li><a href="#environment">Environment</a></li>')
@@ -448,6 +456,21 @@ def _dag_display(table: pd.DataFrame) -> pd.DataFrame:
     for _, title in COLUMNS:
         shown[title] = [format_mean_se(m, s) for m, s in zip(table[title], table[f"{title}_se"], strict=True)]
     return shown
+
+
+def _posterior_section(table: pd.DataFrame, out: Path) -> str:
+    parts = ['<section id="posterior"><h2>DAG posterior against the exact one (BayesDAG Fig. 2 format)</h2>']
+    parts.append(
+        f'<p class="muted">MMD, E-CPDAG-SHD and TV, lower is better. {esc(POSTERIOR_LEGEND)} {esc(PAPER_NOTE)}</p>'
+    )
+    parts.append(_html_table(display_frame(table), "posterior"))
+    if (out / "posterior_table.csv").is_file():
+        parts.append('<p class="muted">File: <a href="posterior_table.csv">posterior_table.csv</a></p>')
+    parts.append(
+        _figure(out, "posterior_fig2.png", "DAG posterior per problem and method (BayesDAG Fig. 2)", "posterior")
+    )
+    parts.append("</section>")
+    return "\n".join(p for p in parts if p)
 
 
 def _sweep_section(sweeps: dict[str, pd.DataFrame], out: Path) -> str:

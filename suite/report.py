@@ -2,7 +2,8 @@
 
 :func:`write_report` writes, into the results folder: ``records_long.csv``, per problem ``leaderboard_<p>.md``,
 ``.csv`` and ``.png`` (model probabilities) and ``curves_<p>.png``, per sweep ``sweep_<name>.csv`` and ``.png``,
-per structure-learning problem ``dag_table_<p>.csv``, ``reported_comparison.md``, the tidy results table
+per structure-learning problem ``dag_table_<p>.csv``, for the exact-posterior DAG problems ``posterior_table.csv``
+and ``posterior_fig2.png`` (:mod:`suite.posterior_tables`), ``reported_comparison.md``, the tidy results table
 (:mod:`suite.results_table`) and ``index.html`` (:mod:`suite.html_report`); it returns what to print
 (:mod:`suite.terminal`). :func:`report_from_folder` does the same for the records already in a folder.
 
@@ -31,12 +32,16 @@ from suite.leaderboard import (
     write_leaderboards,
 )
 from suite.plots import plot_model_probs
+from suite.posterior_tables import plot_posterior, posterior_table
 from suite.sweeps import SWEEP_METRIC, plot_sweep, sweep_slug, sweep_tables
 from suite.terminal import render
 
 #: Where a run keeps the pairs of problem and method that do not apply, so that a report shows them too.
 NOT_APPLICABLE_FILE = "not_applicable.json"
 NOTHING = "No runs planned: nothing to report."
+#: The DAG posterior study (BayesDAG Fig. 2 format): its table and its plot.
+POSTERIOR_CSV = "posterior_table.csv"
+POSTERIOR_PNG = "posterior_fig2.png"
 
 
 def check_facts(records: list[dict[str, Any]], out: Path, every: bool = False) -> None:
@@ -93,13 +98,19 @@ def write_report(records: list[dict[str, Any]], out: Path, profile: str | None =
     dags = dag_tables(records)
     for problem, table in dags.items():
         write_atomically(out / f"dag_table_{problem}.csv", lambda path, table=table: table_csv(table, path))
+    posterior = posterior_table(records)
+    if not posterior.empty:
+        write_atomically(out / POSTERIOR_CSV, lambda path: posterior.to_csv(path, index=False))
+    png = plot_posterior(records, out / POSTERIOR_PNG)
+    if png:
+        pictures["posterior"] = [f"plot: {png}"]
     comparison = reported_comparison(records)
     if not comparison.empty:
         text = "# Negative ELBO against the source papers\n\n" + format_reported_comparison(comparison)
         write_atomically(out / "reported_comparison.md", lambda path: path.write_text(text))
     _write_optional("suite.results_table", "write_results_table", records, out)
     _write_optional("suite.html_report", "write_index", records, out, profile)
-    return render(records, tables, sweeps, dags, comparison, out, profile, wide, pictures, SWEEP_METRIC)
+    return render(records, tables, sweeps, dags, comparison, out, profile, wide, pictures, SWEEP_METRIC, posterior)
 
 
 def _write_optional(module: str, function: str, *args: Any) -> None:

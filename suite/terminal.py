@@ -248,14 +248,17 @@ def render(
     wide: bool = False,
     pictures: dict[str, list[str]] | None = None,
     sweep_metric: str = "cross_entropy",
+    posterior: pd.DataFrame | None = None,
 ) -> str:
     """The text a run or report prints: compact (every line at most :data:`WIDTH` columns) or ``wide``.
 
     ``pictures``: per problem (and per sweep name) lines naming the plots written, in the wide output only.
+    ``posterior``: the DAG posterior study table (:func:`suite.posterior_tables.posterior_table`), printed after
+    the DAG tables when not empty.
     """
     pictures = pictures or {}
     if wide:
-        return _render_wide(records, tables, sweeps, dags, comparison, out, profile, pictures)
+        return _render_wide(records, tables, sweeps, dags, comparison, out, profile, pictures, posterior)
     lines = wrap(LEGEND) + ([f"Profile: {profile}."] if profile else [])
     for problem, table in tables.items():
         lines += ["", *format_problem(problem, table, reference_kind(records, problem))]
@@ -263,6 +266,10 @@ def render(
         lines += ["", *format_sweep_compact(name, table, sweep_metric)]
     for problem, table in dags.items():
         lines += ["", *format_dag_compact(problem, table)]
+    if posterior is not None and not posterior.empty:
+        from suite.posterior_tables import format_posterior_compact
+
+        lines += ["", *format_posterior_compact(posterior)]
     if not comparison.empty:
         lines += ["", *format_comparison_compact(comparison)]
     lines += ["", f"Records, leaderboards (Markdown, CSV) and plots: {out}/"]
@@ -278,8 +285,10 @@ def _render_wide(
     out: Path,
     profile: str | None,
     pictures: dict[str, list[str]],
+    posterior: pd.DataFrame | None = None,
 ) -> str:
     from suite.dag_tables import format_dag_table
+    from suite.posterior_tables import format_posterior_table
     from suite.sweeps import format_sweep
 
     lines: list[str] = []
@@ -293,6 +302,9 @@ def _render_wide(
         lines += [f"   {line}" for line in pictures.get(name, [])]
     for problem, table in dags.items():
         lines += ["", format_dag_table(problem, table)]
+    if posterior is not None and not posterior.empty:
+        lines += ["", format_posterior_table(posterior)]
+        lines += [f"   {line}" for line in pictures.get("posterior", [])]
     text = format_reported_comparison(comparison)
     if text:
         lines += ["", "== Negative ELBO against the source papers (lower is better)", text]

@@ -370,10 +370,19 @@ class SachsDAGMLP(DAGMLP):
     unavailable with a message saying what to put where.
     """
 
-    #: VTI Table 1 (Brier as printed there; it equals the SHD for a single graph).
+    #: VTI Table 1 (Brier as printed there; it equals the SHD for a single graph), then BayesDAG Table 2's Sachs
+    #: columns: E-SHD and Edge F1 (Sec. 6: "expected orientation F1"; our ``edge_f1``), means over 5 restarts on 800
+    #: rows bootstrapped from the 853 observational samples against 17 edges (not this problem's 7,466 rows and 18
+    #: edges). Their 95% confidence intervals (E-SHD, F1): BayesDAG ±1.0, ±0.04; BGES ±0.44, ±0.02; BCD ±1.93,
+    #: ±0.08; DIBS ±0.31, ±0.01; DDS ±0.73, ±0.02 (the table's reported rows hold means only).
     reported_dag_table: ClassVar[dict[str, dict[str, float]]] = {
         "VTI non-linear DAG (paper)": {"F1": 0.61, "SHD": 15.0, "Brier": 15.0, "AUROC": 0.79},
         "DAGMA non-linear (paper)": {"F1": 0.32, "SHD": 25.0, "Brier": 25.0, "AUROC": 0.60},
+        "BayesDAG (BayesDAG Table 2)": {"F1": 0.26, "E-SHD": 18.92},
+        "BGES (BayesDAG Table 2)": {"F1": 0.22, "E-SHD": 16.61},
+        "BCD (BayesDAG Table 2)": {"F1": 0.20, "E-SHD": 17.05},
+        "DIBS (BayesDAG Table 2)": {"F1": 0.20, "E-SHD": 22.3},
+        "DDS (BayesDAG Table 2)": {"F1": 0.21, "E-SHD": 34.90},
     }
 
     def __init__(

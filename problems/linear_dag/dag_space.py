@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
@@ -31,6 +33,12 @@ def enumerate_dags(num_nodes: int) -> Tensor:
     """Sorted edge-slot codes of every DAG on ``num_nodes`` labelled nodes (1, 3, 25, 543, 29281 for d = 1..5)."""
     if not 1 <= num_nodes <= MAX_NODES:
         raise ValueError(f"num_nodes must lie in [1, {MAX_NODES}] for exhaustive enumeration, got {num_nodes}")
+    return _dag_codes(num_nodes).clone()
+
+
+@functools.cache
+def _dag_codes(num_nodes: int) -> Tensor:
+    """The enumeration itself, once per process (screening 2^20 patterns for d = 5 takes about a second)."""
     num_slots = num_nodes * (num_nodes - 1)
     keep = []
     for start in range(0, 2**num_slots, 2**18):
@@ -80,6 +88,26 @@ class DAGSpace(ModelSpace):
         """Bool adjacency matrices ``[B, d, d]`` of the models."""
         codes = self._device.get("codes", model_index.device).index_select(0, model_index)
         return codes_to_adjacency(codes, self.num_nodes)
+
+    def index_of_adjacency(self, adjacency: Tensor) -> Tensor:
+        """int64 ``[B]``: the index of each DAG ``[B, d, d]``; ValueError naming the rows that are not DAGs."""
+        d = self.num_nodes
+        if adjacency.ndim != 3 or tuple(adjacency.shape[1:]) != (d, d):
+            raise ValueError(f"adjacency must have shape [B, {d}, {d}], got {tuple(adjacency.shape)}")
+        adjacency = adjacency.to(torch.bool)
+        device = adjacency.device
+        # A DAG's index is the rank of its edge-slot code (bit k = slot k) in the sorted table of DAG codes.
+        slot_flat = torch.tensor([p * d + c for p, c in self.slots], dtype=torch.int64, device=device)
+        bits = adjacency.flatten(1)[:, slot_flat].to(torch.int64)
+        codes = (bits << torch.arange(len(self.slots), device=device)).sum(-1)
+        table = self._device.get("codes", device)
+        pos = torch.searchsorted(table, codes).clamp_max(len(table) - 1)
+        bad = (table[pos] != codes) | adjacency.diagonal(dim1=1, dim2=2).any(-1)  # slots omit the diagonal
+        if bool(bad.any()):
+            rows = bad.nonzero().flatten().tolist()
+            shown = ", ".join(map(str, rows[:20])) + (f", ... ({len(rows)} in all)" if len(rows) > 20 else "")
+            raise ValueError(f"rows {shown} are not DAGs on {d} nodes (a directed cycle or a self-loop)")
+        return pos
 
     def identifier(self, index: int) -> str:
         """Edge list such as ``"0->1,2->3"``."""

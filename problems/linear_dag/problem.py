@@ -169,26 +169,21 @@ class LinearDAG(Problem):
 
     def model_index_of(self, adjacency: Tensor) -> Tensor:
         """int64 ``[B]``: the index of each DAG ``[B, d, d]``; ValueError naming the rows that are not DAGs."""
-        d = self.num_nodes
-        if adjacency.ndim != 3 or tuple(adjacency.shape[1:]) != (d, d):
-            raise ValueError(f"adjacency must have shape [B, {d}, {d}], got {tuple(adjacency.shape)}")
-        adjacency = adjacency.to(torch.bool)
-        device = adjacency.device
-        # A DAG's index is the rank of its edge-slot code (bit k = slot k) in the sorted table of DAG codes.
-        bits = adjacency.flatten(1)[:, self._slot_flat.to(device)].to(torch.int64)
-        codes = (bits << torch.arange(self.num_slots, device=device)).sum(-1)
-        table = self.model_space.codes.to(device)
-        pos = torch.searchsorted(table, codes).clamp_max(len(table) - 1)
-        bad = (table[pos] != codes) | adjacency.diagonal(dim1=1, dim2=2).any(-1)  # slots omit the diagonal
-        if bool(bad.any()):
-            rows = bad.nonzero().flatten().tolist()
-            shown = ", ".join(map(str, rows[:20])) + (f", ... ({len(rows)} in all)" if len(rows) > 20 else "")
-            raise ValueError(f"rows {shown} are not DAGs on {d} nodes (a directed cycle or a self-loop)")
-        return pos
+        return self.model_space.index_of_adjacency(adjacency)
 
     def observations(self) -> Tensor:
         """The simulated data, float64 ``[n, d]`` in node order (a copy)."""
         return self.data.clone()
+
+    def local_log_scores(self) -> Tensor:
+        """``[d, 2^d]``: log evidence of every (node, parent-set bitmask) plus the edge penalty's share of log p(G).
+
+        -inf where the set holds the node itself; ``log p(G) + log p(D | G)`` is the sum of the DAG's entries up to
+        a constant.
+        """
+        sizes = ((torch.arange(2**self.num_nodes)[:, None] >> torch.arange(self.num_nodes)) & 1).sum(-1)
+        scores = self._local_log_evidence - self._config["edge_penalty"] * sizes.to(torch.float64)
+        return torch.nan_to_num(scores, nan=-math.inf)
 
     # ------------------------------------------------------------------ contract
     def config(self) -> dict[str, Any]:

@@ -294,3 +294,34 @@ def test_list_subcommand_and_the_run_flag_print_the_same(capsys: pytest.CaptureF
     assert max(map(len, listed.splitlines())) <= 120
     assert cli.run_all(["--list"]) == 0
     assert capsys.readouterr().out == listed
+
+
+def _plan(argv: list[str], tmp_path: Path) -> list:
+    args = cli.build_parser("run_all.py").parse_args([*argv, "--out", str(tmp_path)])
+    return cli.plan_runs(args, cli._validate(args))[0]
+
+
+def test_problems_with_several_data_sets_are_planned_once_per_data_seed(tmp_path: Path) -> None:
+    """linear-dag-bge-er lists 3 data sets for quick: 3 instances x 1 seed; a pinned data_seed plans one."""
+    plan = _plan(
+        ["--problems", "linear-dag-bge-er", "--methods", "order-mcmc", "--profile", "quick", "--seeds", "1"], tmp_path
+    )
+    assert [run.problem_options for run in plan] == [{"data_seed": 0}, {"data_seed": 1}, {"data_seed": 2}]
+    assert [run.problem.config()["data_seed"] for run in plan] == [0, 1, 2]
+    assert len({run.key.filename for run in plan}) == 3  # distinct records
+    pinned = _plan(
+        [
+            "--problems",
+            "linear-dag-bge-er",
+            "--methods",
+            "order-mcmc",
+            "--profile",
+            "quick",
+            "--seeds",
+            "1",
+            "--problem-option",
+            "linear-dag-bge-er.data_seed=7",
+        ],
+        tmp_path,
+    )
+    assert [run.problem_options for run in pinned] == [{"data_seed": 7}]

@@ -7,6 +7,7 @@ import torch
 
 from problems.linear_dag.dag_space import codes_to_adjacency, enumerate_dags
 from suite.cpdag import cpdag, cpdag_shd, expected_cpdag_shd
+from suite.cpdag import cpdags as batch_cpdags
 
 
 def graph(d: int, edges: list[tuple[int, int]]) -> torch.Tensor:
@@ -100,11 +101,13 @@ def test_invalid_weights():
         expected_cpdag_shd(truth.unsqueeze(0), truth, torch.tensor([0.5]))
 
 
-@pytest.mark.parametrize(("num_nodes", "num_dags", "num_classes"), [(3, 25, 11), (4, 543, 185)])
+@pytest.mark.parametrize(
+    ("num_nodes", "num_dags", "num_classes"), [(3, 25, 11), (4, 543, 185), (5, 29281, 8782)]
+)  # OEIS A003024 (DAGs) and A007984 (Markov equivalence classes)
 def test_markov_equivalence_classes(num_nodes, num_dags, num_classes):
     dags = codes_to_adjacency(enumerate_dags(num_nodes), num_nodes).to(torch.int64)
     assert len(dags) == num_dags
-    cpdags = [tuple(cpdag(a).flatten().tolist()) for a in dags]
+    cpdags = [tuple(c) for c in batch_cpdags(dags).flatten(1).tolist()]
     invariants = [skeleton_and_vstructures(a) for a in dags]
     assert len(set(cpdags)) == num_classes
     # Verma-Pearl: equal CPDAGs iff equal skeleton and v-structures, i.e. the two partitions coincide.
@@ -115,3 +118,8 @@ def test_markov_equivalence_classes(num_nodes, num_dags, num_classes):
         assert torch.equal((c + c.T) > 0, (a + a.T) > 0)
         for p, m, q in vstructures:
             assert c[p, m] == 1 and c[m, p] == 0 and c[q, m] == 1 and c[m, q] == 0
+
+
+def test_batch_matches_single_graphs():
+    dags = codes_to_adjacency(enumerate_dags(4), 4).to(torch.int64)[::7]
+    assert torch.equal(batch_cpdags(dags), torch.stack([cpdag(a) for a in dags]))

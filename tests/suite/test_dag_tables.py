@@ -44,3 +44,23 @@ def test_means_over_seeds_and_reported_rows() -> None:
     paper = table[table["source"] == "paper"].set_index("method")
     assert paper.loc["VTI non-linear DAG (paper)", "F1"] == 0.61 and paper.loc["DAGMA non-linear (paper)", "SHD"] == 25
     assert "VTI Table 1" in format_dag_table("dag-mlp-sachs", table)
+
+
+def test_sachs_prints_vti_table_1_and_bayesdag_table_2_rows() -> None:
+    """The problem's own facts: VTI's rows keep every column; BayesDAG's have F1 and E-SHD only (others ``-``)."""
+    from problems.dag_mlp.problem import SachsDAGMLP
+    from suite.facts import problem_facts
+    from suite.terminal import WIDTH, format_dag_compact
+
+    record = _record("dag-mlp-sachs", "dagma", 0, edge_f1=0.4, shd=20.0, brier=20.0, auroc=0.6, expected_shd=20.0)
+    record["problem_facts"] = problem_facts(SachsDAGMLP)
+    table = dag_tables([record])["dag-mlp-sachs"]
+    paper = table[table["source"] == "paper"].set_index("method")
+    assert paper.loc["VTI non-linear DAG (paper)", "AUROC"] == 0.79
+    bayesdag = paper.loc["BayesDAG (BayesDAG Table 2)"]
+    assert (bayesdag["F1"], bayesdag["E-SHD"]) == (0.26, 18.92) and math.isnan(bayesdag["SHD"])
+    assert {"BGES (BayesDAG Table 2)", "BCD (BayesDAG Table 2)", "DIBS (BayesDAG Table 2)"} <= set(paper.index)
+    lines = format_dag_compact("dag-mlp-sachs", table)
+    assert all(len(line) <= WIDTH for line in lines)
+    row = next(line for line in lines if line.startswith("BayesDAG (BayesDAG Table 2)"))
+    assert row.split()[-5:] == ["0.26", "-", "-", "-", "18.9"]  # F1, SHD, Brier, AUROC, E-SHD (3 digits)

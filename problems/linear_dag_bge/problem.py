@@ -1,0 +1,203 @@
+"""BayesDAG's d = 5 linear-Gaussian benchmark: the exact posterior over all 29,281 DAGs under the BGe score.
+
+The setting of BayesDAG (Annadani et al. 2023) Sec. 6.1.1 and App. D.2-D.3: a random ER or SF graph with ``d``
+edges in expectation, edge weights uniform in [0.5, 1.5] (positive: the paper does not state a sign;
+``random_sign=True`` draws one), unequal noise variances from InverseGamma(1.5, 1), N = 500 training rows and
+100 held-out rows, all from ``data_seed``. The posterior over DAGs is
+
+    p(G | D) ∝ p(G) p(D | G),   p(D | G) = BGe marginal likelihood,   p(G) uniform over DAGs,
+
+computed exactly by enumerating the DAGs (the paper prints neither p(G) nor the BGe hyper-parameters; the
+uniform prior and the spec's defaults alpha_mu = 1, alpha_w = d + 2, nu = 0 are used, all options).
+
+**Parameters.** BGe integrates the SCM's parameters (mean and precision matrix, a Normal-Wishart prior) out, so
+the target has no parameters of its own. Methods built on saturated vectors still need one: ``theta`` carries a
+single auxiliary coordinate, standard normal under every model and independent of the graph, so that
+
+    log_joint(G, theta) = log p(G) + log BGe(D | G) + log N(theta; 0, 1)
+
+has exactly the BGe posterior as its graph marginal, and the exact entropy and evidence stay known. The
+coordinate tells nothing about the SCM; a method's draws of it are only a check of its parameter sampler.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from problems.linear_dag.dag_space import MAX_NODES, DAGSpace
+from problems.linear_dag_bge.bge import BGe
+from problems.linear_dag_bge.data import GRAPH_KINDS, random_scm
+from suite.dag import graph_task_metrics
+from suite.dag_metrics import HIGHER_IS_BETTER
+from suite.metrics import Estimate
+from suite.problem import Problem
+from suite.registry import register_problem
+from suite.tensor_ops import DeviceCache
+from suite.types import Draws, ModelProbs
+
+LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+#: Entropy of N(0, 1): the auxiliary coordinate's share of the joint entropy.
+STD_NORMAL_ENTROPY = 0.5 * math.log(2 * math.pi * math.e)
+
+
+class LinearDAGBGe(Problem):
+    """Exact BGe posterior over all DAGs on d <= 5 nodes, data from a random linear SCM (BayesDAG Sec. 6.1.1)."""
+
+    #: Compute seconds each method gets in the quick profile (equal-time comparison).
+    time_budgets: ClassVar[dict[str, float]] = {"quick": 25.0}
+    #: ``--problems all`` plans the 30-data-set study only in ``paper``; named, it runs in any profile.
+    profiles: ClassVar[tuple[str, ...]] = ("paper",)
+    #: Data sets (``data_seed`` 0..n-1) planned per profile: BayesDAG Fig. 2 averages over 30.
+    data_sets: ClassVar[dict[str, int]] = {"smoke": 1, "quick": 3, "paper": 30}
+    main_metric: ClassVar[str] = "mmd_hamming"
+    higher_is_better: ClassVar[frozenset[str]] = HIGHER_IS_BETTER
+    #: Graph family of the registered variant.
+    default_graph_type: ClassVar[str] = "er"
+
+    def __init__(
+        self,
+        graph_type: str | None = None,
+        num_nodes: int = 5,
+        expected_edges: float | None = None,
+        num_samples: int = 500,
+        num_heldout: int = 100,
+        random_sign: bool = False,
+        alpha_mu: float = 1.0,
+        alpha_w: float | None = None,
+        data_seed: int = 0,
+    ) -> None:
+        graph_type = self.default_graph_type if graph_type is None else graph_type
+        if graph_type not in GRAPH_KINDS:
+            raise ValueError(f"unknown graph_type {graph_type!r}; valid: {', '.join(GRAPH_KINDS)}")
+        if graph_type != self.default_graph_type:
+            raise ValueError(
+                f"graph_type is {self.default_graph_type!r} in this variant, got {graph_type!r}; "
+                f"the {graph_type.upper()} graphs are problem linear-dag-bge-{graph_type}"
+            )
+        if not 2 <= num_nodes <= MAX_NODES:
+            raise ValueError(f"num_nodes must lie in [2, {MAX_NODES}] (all DAGs are enumerated), got {num_nodes}")
+        if num_samples < 2 or num_heldout < 0:
+            raise ValueError(f"num_samples >= 2 and num_heldout >= 0 required, got {num_samples}, {num_heldout}")
+        expected_edges = float(num_nodes if expected_edges is None else expected_edges)
+        if not 0 <= expected_edges <= num_nodes * (num_nodes - 1) / 2:
+            raise ValueError(f"expected_edges must lie in [0, d(d-1)/2], got {expected_edges}")
+        self._config = {
+            "graph_type": graph_type,
+            "num_nodes": num_nodes,
+            "expected_edges": expected_edges,
+            "num_samples": num_samples,
+            "num_heldout": num_heldout,
+            "random_sign": bool(random_sign),
+            "alpha_mu": float(alpha_mu),
+            "alpha_w": None if alpha_w is None else float(alpha_w),
+            "data_seed": int(data_seed),
+        }
+        d = self.num_nodes = num_nodes
+        generator = torch.Generator().manual_seed(int(data_seed))
+        self.scm = random_scm(graph_type, d, expected_edges, generator, random_sign=bool(random_sign))
+        rows = self.scm.sample(num_samples + num_heldout, generator)
+        self.data, self.heldout = rows[:num_samples], rows[num_samples:]
+        self.true_adjacency = self.scm.adjacency.clone()
+        self.score = BGe(self.data, alpha_mu=alpha_mu, alpha_w=alpha_w)  # ValueError names a bad alpha
+        self.model_space = DAGSpace(d)
+        self.dim_max = 1
+        adjacency = self.model_space.adjacency(self.model_space.all_indices())
+        powers = 2 ** torch.arange(d, dtype=torch.int64)
+        #: parent_sets[K, d]: bitmask of each node's parents in each DAG.
+        self._parent_sets = (adjacency.to(torch.int64) * powers[None, :, None]).sum(1)
+        table = self.score.local_score_table()
+        self._log_likelihood = table.gather(1, self._parent_sets.T).sum(0)  # log BGe(D | G), [K]
+        k = self.model_space.num_models
+        self._log_prior = torch.full((k,), -math.log(k), dtype=torch.float64)
+        log_joint = self._log_prior + self._log_likelihood
+        self._log_evidence = float(torch.logsumexp(log_joint, 0))
+        self._model_probs = torch.softmax(log_joint, 0)
+        self._device = DeviceCache(log_graph_joint=log_joint, log_prior=self._log_prior)
+
+    # ------------------------------------------------------ suite.dag.DAGProblem
+    def adjacency(self, model_index: Tensor) -> Tensor:
+        """Bool adjacency matrices ``[B, d, d]`` of the models (``A[i, j]``: edge i -> j)."""
+        return self.model_space.adjacency(model_index)
+
+    def model_index_of(self, adjacency: Tensor) -> Tensor:
+        """int64 ``[B]``: the index of each DAG ``[B, d, d]``; ValueError naming the rows that are not DAGs."""
+        return self.model_space.index_of_adjacency(adjacency)
+
+    def observations(self) -> Tensor:
+        """The N training rows, float64 ``[N, d]`` (a copy; the held-out rows are ``heldout``)."""
+        return self.data.clone()
+
+    def local_log_scores(self) -> Tensor:
+        """``[d, 2^d]``: BGe local scores of every (node, parent-set bitmask); the uniform prior adds a constant."""
+        return self.score.local_score_table().clone()
+
+    # ------------------------------------------------------------------ contract
+    def config(self) -> dict[str, Any]:
+        """Constructor arguments."""
+        return dict(self._config)
+
+    def mask(self, model_index: Tensor) -> Tensor:
+        """The one auxiliary coordinate, active in every model."""
+        return torch.ones(len(model_index), 1, dtype=torch.bool, device=model_index.device)
+
+    def log_model_prior(self, model_index: Tensor) -> Tensor:
+        """Uniform over the DAGs."""
+        return self._device.get("log_prior", model_index.device).index_select(0, model_index)
+
+    def log_joint_with(self, xp: Any, model_index: Any, theta: Any) -> Any:
+        """log p(G) + log BGe(D | G) + log N(theta_0; 0, 1)."""
+        graph = xp.take(xp.constant(self._device, "log_graph_joint", theta), model_index)
+        return xp.nan_to_neg_inf(graph + xp.row_sum(-0.5 * theta * theta - LOG_SQRT_2PI))
+
+    def log_prior_with(self, xp: Any, model_index: Any, theta: Any) -> Any:
+        """log N(theta_0; 0, 1): the auxiliary coordinate's prior (the BGe term is all likelihood)."""
+        return xp.nan_to_neg_inf(xp.row_sum(-0.5 * theta * theta - LOG_SQRT_2PI))
+
+    def sample_prior(self, model_index: Tensor, generator: torch.Generator) -> Tensor:
+        """theta_0 ~ N(0, 1)."""
+        return torch.randn(len(model_index), 1, generator=generator, dtype=torch.float64)
+
+    # --------------------------------------------------------------- ground truth
+    def log_likelihood(self) -> Tensor:
+        """log BGe(D | G) of every DAG, ``[K]``."""
+        return self._log_likelihood.clone()
+
+    def reference_model_probs(self) -> ModelProbs:
+        """The exact posterior over all DAGs."""
+        return ModelProbs.from_dense(self._model_probs)
+
+    def reference_draws(self, num_draws: int, generator: torch.Generator) -> Draws:
+        """Exact draws: G from its posterior, theta_0 ~ N(0, 1)."""
+        model_index = torch.multinomial(self._model_probs, num_draws, replacement=True, generator=generator)
+        return Draws(model_index, torch.randn(num_draws, 1, generator=generator, dtype=torch.float64))
+
+    def exact_log_evidence(self) -> float:
+        """log sum_G p(G) BGe(D | G) (the auxiliary coordinate integrates to one)."""
+        return self._log_evidence
+
+    def exact_entropy(self) -> float:
+        """H(G) + H(N(0, 1))."""
+        probs = self._model_probs
+        return float(-(probs * torch.log(probs.clamp_min(1e-300))).sum()) + STD_NORMAL_ENTROPY
+
+    def task_metrics(self, model_probs: ModelProbs | None, draws: Draws | None) -> dict[str, Estimate]:
+        """MMD to the exact posterior, E-CPDAG-SHD, edge F1, SHD, E-SHD, Brier and AUROC against the true graph."""
+        return graph_task_metrics(self, model_probs, draws, exact=self.reference_model_probs())
+
+
+@register_problem("linear-dag-bge-er")
+class LinearDAGBGeER(LinearDAGBGe):
+    """BayesDAG Fig. 2, ER graphs: exact BGe posterior over the 29,281 DAGs on 5 nodes."""
+
+    default_graph_type: ClassVar[str] = "er"
+
+
+@register_problem("linear-dag-bge-sf")
+class LinearDAGBGeSF(LinearDAGBGe):
+    """BayesDAG Fig. 2, scale-free graphs: exact BGe posterior over the 29,281 DAGs on 5 nodes."""
+
+    default_graph_type: ClassVar[str] = "sf"
