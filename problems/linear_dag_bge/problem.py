@@ -44,7 +44,7 @@ LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 STD_NORMAL_ENTROPY = 0.5 * math.log(2 * math.pi * math.e)
 
 
-class LinearDAGBGe(Problem):
+class _LinearDAGBGe(Problem):
     """Exact BGe posterior over all DAGs on d <= 5 nodes, data from a random linear SCM (BayesDAG Sec. 6.1.1)."""
 
     #: Compute seconds each method gets in the quick profile (equal-time comparison).
@@ -190,14 +190,14 @@ class LinearDAGBGe(Problem):
 
 
 @register_problem("linear-dag-bge-er")
-class LinearDAGBGeER(LinearDAGBGe):
+class LinearDAGBGeER(_LinearDAGBGe):
     """BayesDAG Fig. 2, ER graphs: exact BGe posterior over the 29,281 DAGs on 5 nodes."""
 
     default_graph_type: ClassVar[str] = "er"
 
 
 @register_problem("linear-dag-bge-sf")
-class LinearDAGBGeSF(LinearDAGBGe):
+class LinearDAGBGeSF(_LinearDAGBGe):
     """BayesDAG Fig. 2, scale-free graphs: exact BGe posterior over the 29,281 DAGs on 5 nodes."""
 
     default_graph_type: ClassVar[str] = "sf"

@@ -35,3 +35,14 @@ def test_e_cpdag_shd_is_the_weighted_mean_over_q_s_graphs() -> None:
     # The collider 0->1<-2 compels 1->3 (Meek R1): 0-1, 1-3 directed, 1-2 added, 0-2 gone: 4; empty: 3.
     assert by_hand == pytest.approx(0.3 * 4 + 0.2 * 3)
     assert metrics["expected_cpdag_shd"].value == pytest.approx(by_hand, abs=1e-12)
+
+
+def test_a_cyclic_true_graph_gets_the_other_metrics_but_no_e_cpdag_shd() -> None:
+    """Sachs's consensus network has a cycle: it has no CPDAG, so E-CPDAG-SHD is left out, the rest is scored."""
+    problem = make_problem("linear-dag-d4")
+    cyclic = problem.true_adjacency.clone()
+    cyclic[3, 0] = True  # 0 -> 1 -> 3 -> 0
+    problem.true_adjacency = cyclic
+    metrics = graph_task_metrics(problem, _q(problem, {"0->1,0->2,1->3": 1.0}), None)
+    assert "expected_cpdag_shd" not in metrics
+    assert metrics["expected_shd"].value == 1.0

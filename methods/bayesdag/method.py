@@ -1,0 +1,423 @@
+"""BayesDAG (Annadani et al. 2023, "BayesDAG: Gradient-based posterior inference for causal discovery"), SG-MCMC + VI.
+
+A DAG is ``G = W * (sigma(p) L sigma(p)^T)`` (Sec. 3.2, eq. 7): node potentials p in R^d give a topological
+order (descending potentials: edge i -> j only if p_i > p_j), L is strictly lower triangular and W in {0, 1}^{d x d}
+switches edges off, so every G is a DAG by construction. Algorithm 1 runs C chains in parallel (vectorised):
+
+1. W ~ q_phi(W | p), held fixed (the Gibbs step of Sec. 4.2);
+2. one SG-MCMC step (App. C) on p and on the SCM parameters Theta with the gradient of
+   ``U = -(N / B) sum_batch log p(x | G, Theta) - log p(Theta) - log p(p) + lambda_s |G|``; the gradient for p goes
+   through the Sinkhorn relaxation ``S(p o^T / t)`` with the hard permutation forward (straight-through, eq. 9);
+3. one Adam step on phi maximising the ELBO (eq. 15) with W from a relaxed Bernoulli (Gumbel, temperature 0.2)
+   with straight-through hard samples.
+
+**Choices.** q_phi is the paper's network mu_phi(p) (App. D: LayerNorm on p, two hidden layers of 48 with a
+residual connection), shared by all chains. The hard permutation is an argsort of p, which is the exact solution of
+the rank-one assignment problem the paper solves with the Hungarian algorithm. The likelihood is Gaussian with one
+log noise variance per node, part of Theta (sampled by SG-MCMC with Theta, N(0, 1) prior): the paper does not say
+how the variances are handled (the authors' code fits a per-node log scale by Adam with phi); here they are
+sampled so that each draw carries its own. The sparsity prior ``exp(-lambda_s ||G||_F^2)`` is on the full-data
+scale, as in the authors' code (lambda_s nats per edge). p ~ N(0, 0.1^2) and starts at N(0, 0.01^2) (the paper
+gives no alpha; these are the authors' code's values), Theta ~ N(0, I). phi's Adam learning rate (0.005) is the
+authors' code's; the paper does not give it. The linear weights start at N(0, 0.1^2), not at prior draws: from
+N(0, 1) draws the sparsity penalty switches edges off before their weights fit (measured: no better than the
+empty graph on linear-dag). The paper evaluates 100 particles from the last iterations; here every graph kept
+after the burn-in counts.
+
+**Variants.** ``model="linear"``: ``x_j = sum_i G_ij Theta_ij x_i + e_j``. ``model="mlp"``: eq. 10 with weight-shared
+networks and node embeddings, hidden width max(4d, 64) (App. D). None: "mlp" on problems whose name starts with
+"dag-mlp", else "linear".
+
+**Output.** After the burn-in (the first ``burn_in`` fraction of the run; of the time budget when there is one),
+every ``thin``-th iteration keeps one graph per chain, ``tau(W, p)`` with a fresh W ~ q_phi(W | p). ``model_probs``
+is the empirical distribution of the kept graphs; the draws are ``context.num_draws`` of them, evenly spaced.
+q has no density (graphs come from SG-MCMC over p and Theta): ``log_density=None``, so no cross-entropy.
+Theta of the draws: on ``linear-dag`` problems (explicit edge weights then log noise variances) the linear
+variant's Theta maps exactly onto theta (weights of the drawn graph's edges, log noise variances); elsewhere theta
+is zero (it is used only to check that the target is finite at the draws; BGe problems have one auxiliary
+coordinate and the dag-mlp layout differs from eq. 10's networks).
+
+**Per-setting values** (App. D Table 3) fill ``lambda_sparse``, ``scale_p``, ``scale_theta`` and ``sparse_init`` left at
+None: linear ER d=5 (50, 0.001, 0.001, False), linear SF d=5 (50, 0.01, 0.001, False) by
+``problem.config()["graph_type"]`` (ER when absent); Sachs (1200, 0.1, 0.01, False); other dag-mlp problems
+(d=10, not in the table) take the nearest row, nonlinear d=20 (ER 300, 0.01, 0.01; SF 200, 0.1, 0.1).
+lambda_s is a penalty in nats per edge on the full data, tuned on the paper's N = 500 (linear d=5) and N = 5000
+(nonlinear) rows; on N rows it is scaled by N / N_paper (exact on linear-dag-bge-*, N = 500; 10 on linear-dag,
+N = 100, where the unscaled 50 empties every graph). Sachs is the paper's own data: unscaled.
+
+**Time budget.** The run goes until ``context.stop_due``; the burn-in ends at the milestone ``burn_in_end``.
+Checkpointing is not done. A non-finite U is a failed run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from methods.bayesdag import model as bd
+from suite.context import BudgetTooSmall, RunContext
+from suite.dag import DAGProblem
+from suite.method import Method, Result
+from suite.problem import Problem
+from suite.registry import register_method
+from suite.types import Draws, ModelProbs
+
+MODELS = ("linear", "mlp")
+#: Graphs (chains x kept iterations) held at most; beyond, the thinning doubles and every other kept row goes.
+MAX_KEPT_GRAPHS = 1 << 17
+#: Iterations between checks of U's finiteness and progress-bar updates.
+BLOCK = 50
+#: Graph samples per chain in a snapshot taken before any graph is kept.
+SNAPSHOT_SAMPLES = 16
+EDGE_HIDDEN = 48
+BURN_IN_END = "burn_in_end"
+NOT_DAG = "the models are not DAGs (no suite.dag.DAGProblem interface)"
+
+_PROFILES: dict[str, dict[str, Any]] = {
+    # Seconds on every DAG problem of the suite.
+    "smoke": {"num_chains": 4, "num_iterations": 60, "batch_size": 128, "lr": 3e-4, "vi_lr": 5e-3},
+    # ~25 s on 2 CPU cores for linear-dag (its time budget decides the length when it has one).
+    "quick": {"num_chains": 10, "num_iterations": 6000, "batch_size": 512, "lr": 3e-4, "vi_lr": 5e-3},
+    # App. D: 10 chains, batch 512, SG-MCMC learning rate 3e-4, 700 epochs.
+    "paper": {"num_chains": 10, "num_epochs": 700, "batch_size": 512, "lr": 3e-4, "vi_lr": 5e-3},
+}
+
+
+#: Training rows of the paper's synthetic settings (App. D.3): lambda_s of Table 3 is for these data sizes.
+PAPER_ROWS = {"linear": 500, "mlp": 5000}
+
+
+def setting_values(problem: Problem, model: str) -> dict[str, Any]:
+    """App. D Table 3's (lambda_sparse, scale_p, scale_theta, sparse_init) for the setting ``problem`` belongs to.
+
+    lambda_s is a full-data penalty (nats per edge), tuned at the paper's data sizes (``PAPER_ROWS``; Sachs is the
+    paper's own data): with N rows it is scaled by N / N_paper so that it keeps its weight against the likelihood.
+    """
+    config = problem.config() if hasattr(problem, "config") else {}
+    scale_free = config.get("graph_type") == "sf"
+    sachs = getattr(problem, "name", "") == "dag-mlp-sachs"
+    if sachs:
+        values = (1200.0, 0.1, 0.01, False)
+    elif model == "mlp":
+        values = (200.0, 0.1, 0.1, False) if scale_free else (300.0, 0.01, 0.01, False)
+    else:
+        values = (50.0, 0.01, 0.001, False) if scale_free else (50.0, 0.001, 0.001, False)
+    lambda_sparse = values[0]
+    if not sachs and isinstance(problem, DAGProblem):
+        lambda_sparse *= problem.observations().shape[0] / PAPER_ROWS[model]
+    names = ("lambda_sparse", "scale_p", "scale_theta", "sparse_init")
+    return dict(zip(names, (lambda_sparse, *values[1:]), strict=True))
+
+
+@register_method("bayesdag")
+@dataclass(frozen=True)
+class BayesDAG(Method):
+    """BayesDAG SG-MCMC + VI over (p, W, Theta): graph samples as an empirical q(G) (see the module docstring)."""
+
+    #: "linear" or "mlp" (None: by problem name, see the module docstring).
+    model: str | None = None
+    num_chains: int | None = None
+    #: Iterations of Algorithm 1; or ``num_epochs`` passes over the data (iterations = epochs * ceil(N / batch)).
+    num_iterations: int | None = None
+    num_epochs: int | None = None
+    batch_size: int | None = None
+    #: SG-MCMC learning rate l^2 (App. C) for p and Theta.
+    lr: float | None = None
+    #: Adam learning rate of phi.
+    vi_lr: float | None = None
+    lambda_sparse: float | None = None
+    scale_p: float | None = None
+    scale_theta: float | None = None
+    #: Subtract 1 from q_phi's logits (App. D "sparse initialisation").
+    sparse_init: bool | None = None
+    sinkhorn_temperature: float = 0.2
+    sinkhorn_tolerance: float = 1e-3
+    sinkhorn_max_iterations: int = 3000
+    gumbel_temperature: float = 0.2
+    p_prior_sd: float = 0.1
+    p_init_sd: float = 0.01
+    #: Hidden width of the mlp variant's networks (None: max(4d, 64), App. D).
+    hidden: int | None = None
+    #: Fraction of the run (of the budget when timed) before graphs are kept.
+    burn_in: float = 0.5
+    thin: int = 1
+
+    profiles: ClassVar[dict[str, dict[str, Any]]] = _PROFILES
+
+    def finalise(self, problem: Problem) -> Method:
+        """Fill per-setting values and the problem-sized defaults, then check every option."""
+        model = self.model
+        if model is None:
+            model = "mlp" if getattr(problem, "name", "").startswith("dag-mlp") else "linear"
+        if model not in MODELS:
+            raise ValueError(f"{self.name}: unknown model {model!r}; valid: {', '.join(MODELS)}")
+        filled: dict[str, Any] = {"model": model}
+        for key, value in setting_values(problem, model).items():
+            if getattr(self, key) is None:
+                filled[key] = value
+        d = getattr(problem, "num_nodes", None)
+        if self.hidden is None and d is not None:
+            filled["hidden"] = max(4 * int(d), 64)
+        resolved = dataclasses.replace(self, **filled)
+        if resolved.num_iterations is None and resolved.num_epochs is not None and isinstance(problem, DAGProblem):
+            if int(resolved.num_epochs) != resolved.num_epochs or resolved.num_epochs <= 0:
+                raise ValueError(f"{self.name}: num_epochs must be a positive integer, got {resolved.num_epochs}")
+            if resolved.batch_size is None or resolved.batch_size <= 0:
+                raise ValueError(f"{self.name}: batch_size must be a positive integer, got {resolved.batch_size}")
+            rows = problem.observations().shape[0]
+            per_epoch = math.ceil(rows / min(int(resolved.batch_size), rows))
+            resolved = dataclasses.replace(resolved, num_iterations=int(resolved.num_epochs) * per_epoch)
+        resolved._check(needs_length=isinstance(problem, DAGProblem))
+        return resolved
+
+    def _check(self, needs_length: bool) -> None:
+        """ValueError naming the option and its valid values for anything out of range."""
+        counts = ["num_chains", "batch_size", "sinkhorn_max_iterations", "thin"]
+        if needs_length:
+            counts.append("num_iterations")
+        for key in counts:
+            value = getattr(self, key)
+            if value is None or isinstance(value, bool) or int(value) != value or value <= 0:
+                raise ValueError(f"{self.name}: {key} must be a positive integer, got {value}")
+        for key in ("lr", "vi_lr", "sinkhorn_temperature", "sinkhorn_tolerance", "gumbel_temperature", "p_prior_sd"):
+            value = getattr(self, key)
+            if value is None or not 0 < float(value) < math.inf:
+                raise ValueError(f"{self.name}: {key} must be a positive number, got {value}")
+        for key in ("lambda_sparse", "scale_p", "scale_theta", "p_init_sd"):
+            value = getattr(self, key)
+            if value is None or not 0 <= float(value) < math.inf:
+                raise ValueError(f"{self.name}: {key} must be a number >= 0, got {value}")
+        if not 0 <= self.burn_in < 1:
+            raise ValueError(f"{self.name}: burn_in must lie in [0, 1), got {self.burn_in}")
+        if self.hidden is not None and (int(self.hidden) != self.hidden or self.hidden <= 0):
+            raise ValueError(f"{self.name}: hidden must be a positive integer, got {self.hidden}")
+        if self.sparse_init not in (True, False):
+            raise ValueError(f"{self.name}: sparse_init must be True or False, got {self.sparse_init}")
+
+    def supports(self, problem: Problem) -> str | None:
+        """DAG problems only."""
+        if not isinstance(problem, DAGProblem):
+            return NOT_DAG
+        return None
+
+    def run(self, problem: Problem, context: RunContext) -> Result:
+        """Run Algorithm 1 on ``problem``'s observations and return the kept graphs' empirical distribution."""
+        reason = self.supports(problem)
+        if reason:
+            raise ValueError(f"{self.name} cannot run on {problem.name}: {reason}")
+        assert isinstance(problem, DAGProblem)
+        if context.replay is not None:
+            needed = ["stop", *([BURN_IN_END] if self.burn_in > 0 else [])]
+            missing = [name for name in needed if name not in context.replay]
+            if missing:
+                raise ValueError(f"{self.name}: replayed counts have no {', '.join(map(repr, missing))}")
+        return _Run(self, problem, context).run()
+
+
+def linear_dag_slots(problem: Problem) -> Tensor | None:
+    """Flat positions ``i * d + j`` of a linear-dag problem's weight slots, or None when theta is not that layout.
+
+    linear-dag's theta is one weight per ordered pair (its ``model_space.slots``, edge parent -> child) and then
+    the d log noise variances, exactly the linear variant's Theta.
+    """
+    from problems.linear_dag.problem import LinearDAG
+
+    if not isinstance(problem, LinearDAG):
+        return None
+    d, slots = problem.num_nodes, problem.model_space.slots
+    if problem.dim_max != len(slots) + d:  # a subclass with another theta layout
+        return None
+    return torch.tensor([parent * d + child for parent, child in slots], dtype=torch.int64)
+
+
+class _Run:
+    """One run: the chains' state, the edge network, the samplers and the kept graphs."""
+
+    def __init__(self, method: BayesDAG, problem: DAGProblem, context: RunContext) -> None:
+        self.method, self.problem, self.context = method, problem, context
+        self.device, self.dtype = context.device, context.dtype
+        self.generator = torch.Generator(device=self.device).manual_seed(context.seed)
+        # Snapshots draw from their own generator, so that when they fall never changes the chains.
+        self.snapshot_generator = torch.Generator(device=self.device).manual_seed(context.seed + 1)
+        self.slots = linear_dag_slots(problem) if method.model == "linear" else None
+        self.kept_models: list[Tensor] = []
+        self.kept_theta: list[Tensor] = []
+        self.thin = method.thin
+
+    # ------------------------------------------------------------- pieces
+    def _setup(self) -> None:
+        m, d = self.method, self.problem.num_nodes
+        self.x = self.problem.observations().to(self.device, self.dtype)
+        self.rows = self.x.shape[0]
+        self.batch = min(int(m.batch_size), self.rows)
+        gen, c = self.generator, int(m.num_chains)
+        self.p = (torch.randn(c, d, generator=gen, dtype=self.dtype, device=self.device) * m.p_init_sd).requires_grad_()
+        self.theta = bd.init_theta(m.model, c, d, int(m.hidden or 1), gen, self.dtype)
+        self.network = bd.EdgeNetwork(d, EDGE_HIDDEN, -1.0 if m.sparse_init else 0.0, gen, self.dtype)
+        self.optimiser = torch.optim.Adam(self.network.parameters(), lr=m.vi_lr)
+        self.p_sampler = bd.AdamSGMCMC(m.lr, m.scale_p)
+        self.theta_samplers = {key: bd.AdamSGMCMC(m.lr, m.scale_theta) for key in self.theta}
+
+    def _minibatch(self) -> Tensor:
+        if self.batch == self.rows:
+            return self.x
+        pick = torch.randperm(self.rows, generator=self.generator, device=self.device)[: self.batch]
+        return self.x.index_select(0, pick)
+
+    def _step(self) -> tuple[Tensor, int]:
+        """One iteration of Algorithm 1; returns U per data row, per chain ``[C]``, and the Sinkhorn iterations."""
+        m, x = self.method, self._minibatch()
+        scale = self.rows / self.batch
+        with torch.no_grad():
+            edges = bd.sample_edges(self.network(self.p), m.gumbel_temperature, self.generator)
+        mask, sinkhorn_iterations = bd.relaxed_order_mask(
+            self.p, m.sinkhorn_temperature, m.sinkhorn_max_iterations, m.sinkhorn_tolerance
+        )
+        graph = edges * mask
+        log_prior_p = (-0.5 * (self.p / m.p_prior_sd).square()).sum(-1)
+        log_joint = (
+            scale * bd.log_likelihood(m.model, self.theta, graph, x)
+            + bd.log_prior_theta(self.theta)
+            + log_prior_p
+            - m.lambda_sparse * graph.sum((-1, -2))
+        )
+        leaves = [self.p, *self.theta.values()]
+        grads = torch.autograd.grad(-log_joint.sum(), leaves)  # chains are independent: sum = per-chain gradients
+        with torch.no_grad():
+            self.p_sampler.step(self.p, grads[0], self.generator)
+            for (key, value), grad in zip(self.theta.items(), grads[1:], strict=True):
+                self.theta_samplers[key].step(value, grad, self.generator)
+        # ELBO step for phi with the new (p, Theta): E_q[log p(D, p, Theta | W)] + H(q) (uniform Bernoulli prior on W).
+        p = self.p.detach()
+        logits = self.network(p)
+        graph = bd.sample_edges(logits, m.gumbel_temperature, self.generator) * bd.order_mask(p)
+        theta = {key: value.detach() for key, value in self.theta.items()}
+        elbo = (
+            scale * bd.log_likelihood(m.model, theta, graph, x)
+            - m.lambda_sparse * graph.sum((-1, -2))
+            + bd.bernoulli_entropy(logits)
+        )
+        self.optimiser.zero_grad(set_to_none=True)
+        (-elbo.mean() / self.rows).backward()
+        self.optimiser.step()
+        return -log_joint.detach() / self.rows, sinkhorn_iterations
+
+    @torch.no_grad()
+    def _graphs(self, generator: torch.Generator, repeats: int = 1) -> tuple[Tensor, Tensor]:
+        """Graphs tau(W, p) ``[repeats * C, d, d]`` with fresh W ~ q_phi(W | p), and the chain of each."""
+        p = self.p.detach().repeat(repeats, 1)
+        edges = bd.sample_edges(self.network(p), self.method.gumbel_temperature, generator)
+        chains = torch.arange(self.p.shape[0], device=self.device).repeat(repeats)
+        return (edges * bd.order_mask(p)) > 0, chains
+
+    @torch.no_grad()
+    def _keep(self) -> None:
+        graphs, _ = self._graphs(self.generator)
+        self.kept_models.append(self.problem.model_index_of(graphs).cpu())
+        if self.slots is not None:
+            weights = (graphs.to(self.dtype) * self.theta["weights"]).flatten(1)[:, self.slots.to(self.device)]
+            self.kept_theta.append(torch.cat([weights, self.theta["log_noise"]], -1).detach().cpu())
+        if len(self.kept_models) * self.p.shape[0] >= MAX_KEPT_GRAPHS:
+            self.kept_models, self.kept_theta = self.kept_models[::2], self.kept_theta[::2]
+            self.thin *= 2
+
+    def _estimate(self) -> ModelProbs:
+        """The running q(G): the kept graphs so far, else graphs of the current state."""
+        if self.kept_models:
+            return ModelProbs.from_indices(torch.cat(self.kept_models))
+        graphs, _ = self._graphs(self.snapshot_generator, SNAPSHOT_SAMPLES)
+        return ModelProbs.from_indices(self.problem.model_index_of(graphs).cpu())
+
+    def _failed(self, iteration: int, losses: Tensor, diagnostics: dict[str, Any]) -> Result:
+        bad = (~torch.isfinite(losses)).nonzero().flatten().tolist()
+        return Result.failed(
+            f"non-finite U (negative log joint) at iteration {iteration} in chains {bad}: the sampler diverged",
+            diagnostics=diagnostics,
+        )
+
+    # ----------------------------------------------------------------- run
+    def run(self) -> Result:
+        m, context = self.method, self.context
+        budgeted = context.budgeted
+        planned = None if budgeted else int(m.num_iterations)
+        burn_in_iterations = 0 if planned is None else int(m.burn_in * planned)
+        with context.timer.phase("setup"):
+            self._setup()
+        diagnostics: dict[str, Any] = {
+            "model": m.model,
+            "chains": int(m.num_chains),
+            "batch_size": self.batch,
+            "lambda_sparse": m.lambda_sparse,
+            "scale_p": m.scale_p,
+            "scale_theta": m.scale_theta,
+            "sparse_init": m.sparse_init,
+            "theta": "linear-dag weights and log noise variances" if self.slots is not None else "zeros",
+        }
+        block_losses: list[float] = []
+        block_sum = torch.zeros((), dtype=self.dtype, device=self.device)
+        sinkhorn_total = 0
+        quiet = not context.progress or None
+        bar = tqdm(total=planned, desc=f"bayesdag {self.problem.name}", leave=False, disable=quiet)
+        t, sampled, burn_in_over = 0, 0, m.burn_in == 0
+        burn_in_end = 0 if burn_in_over else None
+        with context.timer.phase("train"):
+            while not (context.stop_due(t) if budgeted else t >= planned):
+                losses, sinkhorn_iterations = self._step()
+                t += 1
+                sinkhorn_total += sinkhorn_iterations
+                block_sum += losses.mean()
+                if t % BLOCK == 0:
+                    if not bool(torch.isfinite(losses).all() and torch.isfinite(block_sum)):
+                        bar.close()
+                        return self._failed(t, losses, {**diagnostics, "iterations": t})
+                    block_losses.append(float(block_sum) / BLOCK)
+                    block_sum.zero_()
+                    bar.update(BLOCK)
+                if not burn_in_over:
+                    burn_in_over = context.milestone(BURN_IN_END, t, m.burn_in) if budgeted else t >= burn_in_iterations
+                    burn_in_end = t if burn_in_over else None
+                else:
+                    if sampled % self.thin == 0:
+                        self._keep()
+                    sampled += 1
+                context.maybe_snapshot(t, self._estimate, planned)
+            bar.close()
+            if t and not bool(torch.isfinite(losses).all() and torch.isfinite(block_sum)):
+                return self._failed(t, losses, {**diagnostics, "iterations": t})
+        if not self.kept_models:
+            raise BudgetTooSmall(f"no graph was kept: the budget was spent in the burn-in ({t} iterations)")
+        with context.timer.phase("sample"):
+            model_probs = self._estimate()
+            models = torch.cat(self.kept_models)
+            pick = torch.linspace(0, len(models) - 1, min(context.num_draws, len(models))).round().long()
+            if self.slots is not None:
+                theta = torch.cat(self.kept_theta)[pick].to(torch.float64)
+            else:
+                theta = torch.zeros(len(pick), self.problem.dim_max, dtype=torch.float64)
+            draws = Draws(models[pick], theta)
+        context.snapshot(t, lambda: model_probs)
+        graphs = self.problem.adjacency(models).to(torch.float64)
+        with torch.no_grad():
+            p = self.p.detach()
+            diagnostics.update(
+                {
+                    "iterations": t,
+                    "burn_in_iterations": burn_in_end,
+                    "kept_graphs": len(models),
+                    "distinct_graphs": int(model_probs.index.shape[0]),
+                    "thin_effective": self.thin,
+                    "mean_edges": float(graphs.sum((-1, -2)).mean()),
+                    "sinkhorn_iterations_mean": sinkhorn_total / max(t, 1),
+                    "u_per_row_by_block": block_losses,
+                    "p_abs_max": float(p.abs().max()),
+                    "p_spread": float(p.std(-1).mean()),
+                    "theta_abs_max": max(float(v.detach().abs().max()) for v in self.theta.values()),
+                }
+            )
+        return Result(model_probs=model_probs, draws=draws, log_density=None, diagnostics=diagnostics)
