@@ -139,7 +139,7 @@ def test_the_method_and_problem_skeletons_run_and_recover_the_exact_answer() -> 
 
 
 def test_the_python_api_snippet_scores_a_method() -> None:
-    code = _python_block("resolve_and_run")
+    code = _python_block("gold_draws(problem")
     output = _run_python(code)
     assert output.startswith("ok {'value': ")
 
