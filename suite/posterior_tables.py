@@ -177,7 +177,8 @@ def _notes(table: pd.DataFrame) -> list[str]:
     lines = []
     labels = dict(zip(table["problem"], table["label"], strict=True))
     if any(label != problem for problem, label in labels.items()):
-        lines.append("Problems: " + "; ".join(f"{label} = {problem}" for problem, label in labels.items()))
+        named = [f"{label} = {problem}" for problem, label in labels.items() if label != problem]
+        lines.append("Problems: " + "; ".join(named))
     failed = table[table["failed"] > 0]
     if not failed.empty:
         lines.append(
