@@ -54,14 +54,16 @@ def sinkhorn(log_alpha: Tensor, max_iterations: int, tolerance: float) -> tuple[
     return log_alpha.exp(), done
 
 
-def relaxed_order_mask(p: Tensor, temperature: float, max_iterations: int, tolerance: float) -> tuple[Tensor, int]:
+def relaxed_order_mask(
+    p: Tensor, temperature: float, max_iterations: int, tolerance: float, o_scale: float = 1.0
+) -> tuple[Tensor, int]:
     """sigma(p) L sigma(p)^T ``[C, d, d]``: the hard order mask forward, Sinkhorn gradients backward (straight-through).
 
     L is strictly lower triangular, so ``(P L P^T)[i, j] = [rank_i > rank_j] = [p_i > p_j]``. The relaxation is
-    ``S(p o^T / t)`` (BayesDAG eq. 9); returns the mask and the Sinkhorn iterations used.
+    ``S(p o^T / t)`` (BayesDAG eq. 9) with ``o = o_scale * [1..d]``; returns the mask and the Sinkhorn iterations used.
     """
     d = p.shape[-1]
-    o = torch.arange(1, d + 1, dtype=p.dtype, device=p.device)
+    o = o_scale * torch.arange(1, d + 1, dtype=p.dtype, device=p.device)
     soft, iterations = sinkhorn(p[..., :, None] * o / temperature, max_iterations, tolerance)
     perm = permutation(p.detach()) + (soft - soft.detach())
     lower = torch.ones(d, d, dtype=p.dtype, device=p.device).tril(-1)

@@ -57,6 +57,9 @@ def test_model_and_paper_settings_are_chosen_per_problem() -> None:
         ({"lambda_sparse": -1.0}, "lambda_sparse"),
         ({"burn_in": 1.0}, "burn_in"),
         ({"sparse_init": "yes"}, "sparse_init"),
+        ({"noise": "fixed"}, "valid: sampled, adam"),
+        ({"steps": "alternating"}, "valid: joint, separate"),
+        ({"sinkhorn_o_scale": 0.0}, "sinkhorn_o_scale"),
     ],
 )
 def test_bad_options_name_the_valid_choices(d4: LinearDAG, bad: dict, message: str) -> None:
@@ -77,6 +80,34 @@ def test_edge_marginals_move_toward_the_exact_posterior(d4: LinearDAG, short_run
     prior = d4.adjacency(torch.arange(d4.num_models)).to(torch.float64).mean(0)
     baseline = min(exact[off].mean(), (prior - exact).abs()[off].mean())
     assert error < 0.8 * baseline
+
+
+def test_the_authors_code_variant_runs_and_fits_the_noise_by_adam(d4: LinearDAG) -> None:
+    """Separate p / phi / Theta steps, Adam-fitted noise, o = 10 [1..d], p's gradient through W: DAGs, fitted noise.
+
+    Its edge-marginal error on d4 (0.23 at seed 0) does not clear the 0.8 x baseline bar of the test above, so only
+    the mechanics are checked here; the BGe benchmark numbers are in the module docstring.
+    """
+    options = {"noise": "adam", "steps": "separate", "sinkhorn_o_scale": 10.0, "p_grad_through_w": True}
+    method = make_method("bayesdag", num_iterations=300, **options)
+    result = resolve_and_run(method, d4, RunContext(seed=0, profile="quick", num_draws=200))
+    assert result.status == "ok", result.reason
+    assert bool(is_acyclic(d4.adjacency(result.draws.model_index)).all())
+    assert torch.isfinite(d4.log_joint(result.draws.model_index, result.draws.theta)).all()
+    log_noise = result.draws.theta[:, -4:]
+    assert log_noise.abs().max() > 0.05  # Adam moved the log noise variances away from their start at 0
+
+
+def test_gradient_of_p_through_w_learns(d4: LinearDAG) -> None:
+    """p_grad_through_w=True clears the same bar as the default (seed 0: error 0.09 against the bar 0.18)."""
+    method = make_method("bayesdag", num_iterations=1000, p_grad_through_w=True)
+    result = resolve_and_run(method, d4, RunContext(seed=0, profile="quick", num_draws=200))
+    assert result.status == "ok", result.reason
+    exact = _edge_marginals(d4, d4.reference_model_probs())
+    off = ~torch.eye(4, dtype=torch.bool)
+    error = (_edge_marginals(d4, result.model_probs) - exact).abs()[off].mean()
+    prior = d4.adjacency(torch.arange(d4.num_models)).to(torch.float64).mean(0)
+    assert error < 0.8 * min(exact[off].mean(), (prior - exact).abs()[off].mean())
 
 
 def test_draws_are_kept_graphs_with_their_linear_parameters(d4: LinearDAG, short_run) -> None:

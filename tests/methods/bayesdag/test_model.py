@@ -53,6 +53,19 @@ def test_sinkhorn_is_doubly_stochastic_and_gives_order_gradients() -> None:
     assert torch.isfinite(grad).all() and grad.abs().sum() > 0
 
 
+def test_o_scale_keeps_the_hard_mask_and_sharpens_the_relaxation() -> None:
+    """o = o_scale * [1..d] (the authors' code: 10): same forward mask; Sinkhorn input scaled, so gradients differ."""
+    gen = torch.Generator().manual_seed(3)
+    p = (torch.randn(8, 5, generator=gen, dtype=D64) * 0.05).requires_grad_()
+    target = torch.randn(8, 5, 5, generator=gen, dtype=D64)
+    grads = []
+    for o_scale in (1.0, 10.0):
+        mask, _ = bd.relaxed_order_mask(p, 0.2, 3000, 1e-3, o_scale=o_scale)
+        assert torch.equal(mask, bd.order_mask(p))
+        grads.append(torch.autograd.grad((mask * target).sum(), p)[0])
+    assert torch.isfinite(grads[1]).all() and not torch.allclose(grads[0], grads[1])
+
+
 def test_sampled_edges_are_hard_with_the_bernoulli_frequencies_and_a_gradient() -> None:
     gen = torch.Generator().manual_seed(3)
     logits = torch.tensor([-2.0, 0.0, 1.5], dtype=D64).repeat(20_000, 1).requires_grad_()
