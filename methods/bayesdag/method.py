@@ -32,12 +32,8 @@ with its own W ~ q_phi (default "joint": one W for one joint p and Theta step, t
 ``p_grad_through_w=True``: p's gradient also flows through W ~ q_phi(W | p) (default: W held fixed in the p step).
 The authors' config for linear ER d=5 (``AUTHORS_LINEAR_ER5``: 20 chains, SG-MCMC lr 1e-3, 500 epochs) differs
 from App. D (10 chains, 3e-4, 700 epochs), which the "paper" profile keeps.
-Measured (paper profile, linear-dag-bge-{er,sf}, data sets 0-4, mean MMD / E-CPDAG-SHD, seed 0): default
-0.226/4.64, 0.192/3.92; noise="adam" 0.229/4.42, 0.209/4.16; steps="separate" 0.215/4.63, 0.225/4.68; both
-0.221/4.66, 0.208/4.07; sinkhorn_o_scale=10 0.210/4.65, 0.238/4.82; p_grad_through_w 0.217/4.42, 0.218/4.29;
-AUTHORS_LINEAR_ER5 0.183/4.24, 0.174/3.79 (seed 1: 0.196/4.38, 0.132/3.56 against the default's 0.210/4.61,
-0.156/3.83); AUTHORS_LINEAR_ER5 with all four options 0.176/4.55, 0.121/3.35 (seed 1: 0.199/4.58, 0.153/4.21). No option
-improved both problems beyond seed-to-seed variation (~0.4 in E-CPDAG-SHD), so none is the default.
+None improved both BGe problems beyond seed-to-seed variation, so none is the default (measurements:
+docs/methods.md, "bayesdag: the authors' variants").
 
 **Variants.** ``model="linear"``: ``x_j = sum_i G_ij Theta_ij x_i + e_j``. ``model="mlp"``: eq. 10 with weight-shared
 networks and node embeddings, hidden width max(4d, 64) (App. D). None: "mlp" on problems whose name starts with
