@@ -33,7 +33,7 @@ def test_list_shows_everything_registered(capsys: pytest.CaptureFixture) -> None
     [
         (
             ["--methods", "nope"],
-            "unknown method(s) 'nope'; valid methods: ctrj, dagma, fr, fr-vip, iaf, mf, mif, rjmcmc-baseline",
+            "unknown method(s) 'nope'; valid methods: bayesdag, ctrj, dagma, fr, fr-vip, iaf, mf, mif, order-mcmc, ",
         ),
         (["--problems", "sas,nope"], "unknown problem(s) 'nope'; valid problems: block-vs, "),
         (["--seeds", "0"], "--seeds must be a positive integer"),
@@ -42,7 +42,7 @@ def test_list_shows_everything_registered(capsys: pytest.CaptureFixture) -> None
         (["--option", "vti-mcg"], "expected METHOD.NAME=VALUE"),
         (
             ["--option", "nope.flow=x"],
-            "unknown method 'nope'; valid methods: ctrj, dagma, fr, fr-vip, iaf, mf, mif, rjmcmc-baseline",
+            "unknown method 'nope'; valid methods: bayesdag, ctrj, dagma, fr, fr-vip, iaf, mf, mif, order-mcmc, ",
         ),
         (["--option", "vti-mcg.flwo=x"], "vti-mcg has no option 'flwo'; valid: "),
         (["--option", "vti-surrogate.flow=nope(1)"], "vti-surrogate on block-vs: unknown flow type 'nope(1)'"),

@@ -94,7 +94,7 @@ def test_the_default_runs_records_print_within_120_columns_unless_wide(tmp_path:
     shutil.copytree(quick_records_dir(), out / "records")
     add_missing_facts(out)
     records = load_records(out)
-    assert len(records) == 111
+    assert len(records) == 119
     compact = write_report(records, out, "quick")
     assert max(len(line) for line in compact.splitlines()) <= WIDTH
     problems = sorted({r["problem"] for r in records})
