@@ -21,6 +21,9 @@ from suite.cpdag import cpdag_shd_to_truth, expected_cpdag_shd
 from suite.metrics import Estimate
 from suite.types import Draws, ModelProbs
 
+#: ``Method.supports`` reason for a problem whose models are not DAGs.
+NOT_DAG_REASON = "the models are not DAGs (no suite.dag.DAGProblem interface)"
+
 
 @runtime_checkable
 class DAGProblem(Protocol):

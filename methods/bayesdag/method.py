@@ -73,7 +73,7 @@ from tqdm.auto import tqdm
 
 from methods.bayesdag import model as bd
 from suite.context import BudgetTooSmall, RunContext
-from suite.dag import DAGProblem
+from suite.dag import NOT_DAG_REASON, DAGProblem
 from suite.method import Method, Result
 from suite.problem import Problem
 from suite.registry import register_method
@@ -90,7 +90,6 @@ BLOCK = 50
 SNAPSHOT_SAMPLES = 16
 EDGE_HIDDEN = 48
 BURN_IN_END = "burn_in_end"
-NOT_DAG = "the models are not DAGs (no suite.dag.DAGProblem interface)"
 
 _PROFILES: dict[str, dict[str, Any]] = {
     # Seconds on every DAG problem of the suite.
@@ -235,7 +234,7 @@ class BayesDAG(Method):
     def supports(self, problem: Problem) -> str | None:
         """DAG problems only."""
         if not isinstance(problem, DAGProblem):
-            return NOT_DAG
+            return NOT_DAG_REASON
         return None
 
     def run(self, problem: Problem, context: RunContext) -> Result:

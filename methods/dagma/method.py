@@ -46,7 +46,7 @@ import torch
 from torch import Tensor
 
 from suite.context import BudgetTooSmall, RunContext
-from suite.dag import DAGProblem, is_acyclic, transitive_closure
+from suite.dag import NOT_DAG_REASON, DAGProblem, is_acyclic, transitive_closure
 from suite.dag_metrics import edge_f1
 from suite.method import Method, Result
 from suite.problem import Problem
@@ -177,7 +177,7 @@ class DAGMA(Method):
     def supports(self, problem: Problem) -> str | None:
         """DAG problems (``suite.dag.DAGProblem``), with a true graph for the oracle selection; needs ``dagma``."""
         if not isinstance(problem, DAGProblem):
-            return "the models are not DAGs (no suite.dag.DAGProblem interface)"
+            return NOT_DAG_REASON
         if self.selection == "oracle-f1" and problem.true_adjacency is None:
             return "selection='oracle-f1' picks lambda by F1 against the true graph, which is unknown: use 'bic'"
         try:

@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 from methods.order_mcmc.estimator import DAGPosteriorFromOrders
 from methods.order_mcmc.orders import metropolis_step, order_log_score, order_rank, subset_logsumexp
 from suite.context import RunContext
-from suite.dag import DAGProblem, DecomposableScore
+from suite.dag import NOT_DAG_REASON, DAGProblem, DecomposableScore
 from suite.method import Method, Result
 from suite.problem import Problem
 from suite.registry import register_method
@@ -70,7 +70,7 @@ class OrderMCMC(Method):
     def supports(self, problem: Problem) -> str | None:
         """DAG problems with closed-form local scores over an enumerated space of at most 5 nodes."""
         if not isinstance(problem, DAGProblem):
-            return "the models are not DAGs (no suite.dag.DAGProblem interface)"
+            return NOT_DAG_REASON
         if not isinstance(problem, DecomposableScore):
             return "the problem has no closed-form per-node scores (suite.dag.DecomposableScore)"
         if problem.num_models is None or problem.num_nodes > MAX_NODES:

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from methods.bayesdag.method import NOT_DAG, BayesDAG
+from methods.bayesdag.method import BayesDAG
 from problems.linear_dag.problem import LinearDAG
 from suite.context import RunContext
-from suite.dag import is_acyclic
+from suite.dag import NOT_DAG_REASON, is_acyclic
 from suite.registry import make_method, make_problem
 from suite.runner import resolve_and_run
 
@@ -28,7 +28,7 @@ def short_run(d4: LinearDAG):
 
 
 def test_non_dag_problems_are_not_applicable() -> None:
-    assert make_method("bayesdag").supports(make_problem("sas")) == NOT_DAG
+    assert make_method("bayesdag").supports(make_problem("sas")) == NOT_DAG_REASON
     assert make_method("bayesdag").supports(make_problem("linear-dag-d4")) is None
 
 
