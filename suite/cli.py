@@ -440,6 +440,7 @@ def plan_runs(args: argparse.Namespace, device: torch.device) -> tuple[list[Plan
             problem = make_problem(problem_name, **options)
         except (TypeError, ValueError) as exc:
             raise UsageError(f"{problem_name}: {exc}") from None
+        problem.use_reference_profile(args.profile)
         reason = problem.unavailable_reason() or reference_store.reference_problem(problem)  # a bad reference too
         if reason:
             notes.append(Skipped(problem_name, None, reason))

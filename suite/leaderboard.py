@@ -479,9 +479,21 @@ def write_atomically(path: Path, write: Callable[[Path], object]) -> None:
 
 
 def reference_kind(records: list[dict[str, Any]], problem: str) -> str | None:
-    """Where a problem's ground truth came from in its records ("exact", "estimated", ...), or None if unrecorded."""
-    kinds = {(rec.get("reference") or {}).get("kind") for rec in records if rec["problem"] == problem}
-    return "/".join(sorted(k for k in kinds if k)) or None
+    """Where a problem's ground truth came from in its records ("exact", "estimated", ...), or None if unrecorded.
+
+    A stored reference made for one profile's size says which ("estimated, quick-size"), and runs scored against
+    a size other than their profile's (a paper run that found only the quick reference) are named.
+    """
+    references = [rec.get("reference") or {} for rec in records if rec["problem"] == problem]
+    kinds = {ref.get("kind") for ref in references}
+    text = "/".join(sorted(k for k in kinds if k)) or None
+    sizes = sorted({ref["size"] for ref in references if ref.get("size") not in (None, "any")})
+    if text and sizes:
+        text += f", {'/'.join(sizes)}-size"
+    mismatched = sorted({(ref.get("size_wanted"), ref.get("size")) for ref in references if ref.get("size_mismatch")})
+    for wanted, made in mismatched:
+        text = f"{text}; {wanted} runs scored against the {made}-size reference (no {wanted}-size one was found)"
+    return text
 
 
 def format_for_terminal(problem: str, table: pd.DataFrame, reference: str | None = None) -> str:

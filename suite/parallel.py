@@ -162,8 +162,9 @@ def run_spec(spec: RunSpec, problem: Problem | None = None, method: Method | Non
     """Execute one run and write its record; returns (status, reason). Rebuilds problem/method when not given."""
     _exit_if_orphaned()  # a queued run handed to a worker whose parent has died is never started
     problem = make_problem(spec.key.problem, **spec.problem_options) if problem is None else problem
+    problem.use_reference_profile(spec.profile)  # a paper run is scored against a paper-size reference if there is one
     method = make_method(spec.key.method, **spec.method_settings) if method is None else method
-    gold_key = (spec.key.problem, json.dumps(spec.problem_options, sort_keys=True), spec.eval_draws)
+    gold_key = (spec.key.problem, json.dumps(spec.problem_options, sort_keys=True), spec.eval_draws, spec.profile)
     if gold_key not in _GOLD:
         _GOLD[gold_key] = gold_draws(problem, spec.eval_draws)
     plot_path = Path(spec.out) / "plots" / f"{Path(spec.key.filename).stem}.png"

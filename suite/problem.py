@@ -163,6 +163,15 @@ class Problem(ABC):
         """
         return None
 
+    #: The run profile whose reference size this instance asks for (None: quick); see :meth:`use_reference_profile`.
+    reference_profile: str | None = None
+
+    def use_reference_profile(self, profile: str | None) -> None:
+        """Ask for the stored reference sized for ``profile`` (paper runs look for a paper-size one first)."""
+        if profile != self.reference_profile:
+            self.reference_profile = profile
+            self.__dict__.pop("_stored_reference", None)
+
     def stored_reference(self) -> Any:
         """The reference engine's stored estimate for this instance (``suite.reference.store.Reference``) or None."""
         if not hasattr(self, "_stored_reference"):

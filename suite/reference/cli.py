@@ -121,12 +121,15 @@ def main(argv: list[str] | None = None) -> int:
         if has_exact_reference(problem) and not args.validate:
             print(f"{problem.name}: exact ground truth; nothing to compute (--validate compares the engine with it)")
             continue
-        if not args.validate and not args.force and store.find(problem) is not None:
+        problem.use_reference_profile(args.profile)
+        sized = store.evidence_method(problem) == "rjmcmc"  # only the RJMCMC gold standards come in two sizes
+        stored = store.find_exact(problem, args.profile) if sized else store.find(problem)
+        if not args.validate and not args.force and stored is not None:
             why = store.reference_problem(problem)
             if why:
                 print(f"{problem.name}: unusable: {why}")
                 continue
-            print(f"{problem.name}: stored at {store.find(problem)} (--force recomputes)")
+            print(f"{problem.name}: stored at {stored} (--force recomputes)")
             show(problem, store.load(problem))
             continue
         evidence = store.evidence_method(problem)

@@ -8,6 +8,15 @@ two files in ``<folder>/<problem>/``: ``<key>.npz`` (arrays) and
 ``<key>.json`` (provenance: how it was made, settings, seeds, versions,
 diagnostics).
 
+**Sizes.** A reference whose size depends on the run profile (the RJMCMC gold standards of the cardinality
+sweep: ``quick`` is a quarter of the authors' lengths on 1,024 chains, ``paper`` their full lengths on 4,096)
+records the size it was made for (:attr:`Reference.profile`); a ``paper`` one is stored as ``<key>.paper.npz``
+beside the quick ``<key>.npz``. A problem asks for the size of the profile it runs in
+(:meth:`suite.problem.Problem.use_reference_profile`; :func:`reference_size`): the folders are searched for that
+size first, then for any other, and the record of a run scored against another size says so
+(:func:`describe`: ``size_mismatch``), as does the leaderboard. References made by SMC or bridge sampling have one
+size for every profile (``profile`` None).
+
 Search path, in order (:func:`search_path`; the first folder holding the key wins):
 
 1. each folder of the ``TDBENCH_REFERENCES`` environment variable (``os.pathsep``-separated), for references
@@ -73,6 +82,19 @@ REQUIRED_ARRAYS = (
 )
 #: The json key holding the checksum of the arrays.
 CHECKSUM_KEY = "arrays_sha256"
+#: Reference sizes (the profiles a gold standard can be made for), and the size each run profile asks for.
+SIZES = ("quick", "paper")
+SIZE_OF_PROFILE = {"smoke": "quick", "quick": "quick", "paper": "paper"}
+
+
+def reference_size(profile: str | None) -> str:
+    """The reference size a run in ``profile`` asks for (``quick`` unless the profile is ``paper``)."""
+    return SIZE_OF_PROFILE.get(profile or "quick", "quick")
+
+
+def file_stem(key: str, size: str | None) -> str:
+    """A reference file's name without suffix: ``<key>`` (quick, or one size for all) or ``<key>.paper``."""
+    return key if size in (None, "quick") else f"{key}.{size}"
 
 
 class InvalidReferenceError(ValueError):
@@ -141,6 +163,12 @@ class Reference:
         """Hash of problem name, configuration and evidence method."""
         return _key(self.problem, self.config, self.provenance.get("evidence", "smc"))
 
+    @property
+    def profile(self) -> str | None:
+        """The size it was made for (``quick`` or ``paper``), or None when its size does not depend on the profile."""
+        size = self.provenance.get("profile", (self.provenance.get("settings") or {}).get("profile"))
+        return size if size in SIZES else None
+
     def model_probs(self) -> ModelProbs:
         """p(m | D) with standard errors (of the visited models only, for an MCMC reference)."""
         if self.model_index is None:
@@ -172,7 +200,7 @@ class Reference:
 
     # ------------------------------------------------------------------ files
     def save(self, folder: Path = SHIPPED_DIR) -> Path:
-        """Write ``<folder>/<problem>/<key>.npz`` and ``.json`` atomically; returns the npz path."""
+        """Write ``<folder>/<problem>/<stem>.npz`` and ``.json`` atomically (``file_stem``); returns the npz path."""
         target = Path(folder) / self.problem
         target.mkdir(parents=True, exist_ok=True)
         arrays = {
@@ -194,7 +222,8 @@ class Reference:
             CHECKSUM_KEY: arrays_sha256(arrays),
             **{k: v for k, v in self.provenance.items() if k != CHECKSUM_KEY},
         }
-        npz_path, json_path = target / f"{self.key}.npz", target / f"{self.key}.json"
+        stem = file_stem(self.key, self.profile)
+        npz_path, json_path = target / f"{stem}.npz", target / f"{stem}.json"
         for path, write in (
             (npz_path, lambda h: np.savez_compressed(h, **arrays)),
             (json_path, lambda h: h.write(json.dumps(meta, indent=1, default=str).encode())),
@@ -308,8 +337,10 @@ def _check_contents(npz_path: Path, meta: dict[str, Any], data: dict[str, np.nda
     if not np.all(np.isfinite(data["gold_theta"])):
         raise bad("gold_theta holds NaN or infinite values")
     key = _key(meta["problem"], meta["config"], meta.get("evidence", "smc"))
-    if npz_path.stem != key:
-        raise bad(f"its json describes {meta['problem']!r} with key {key}, not the file's key {npz_path.stem}")
+    size = meta.get("profile", (meta.get("settings") or {}).get("profile"))
+    stem = file_stem(key, size if size in SIZES else None)
+    if npz_path.stem != stem:
+        raise bad(f"its json describes {meta['problem']!r} with key {key} (file {stem}.npz), not {npz_path.name}")
 
 
 def add_checksum(npz_path: Path) -> str:
@@ -342,14 +373,30 @@ def add_checksum(npz_path: Path) -> str:
     return digest
 
 
-def find(problem: Problem) -> Path | None:
-    """Path of the stored reference of this problem instance, or None."""
-    key = reference_key(problem)
-    for folder in search_path():
-        path = folder / problem.name / f"{key}.npz"
-        if path.exists():
-            return path
+def wanted_size(problem: Problem) -> str:
+    """The reference size ``problem`` asks for (its run profile's, see ``Problem.use_reference_profile``)."""
+    return reference_size(getattr(problem, "reference_profile", None))
+
+
+def find(problem: Problem, size: str | None = None) -> Path | None:
+    """Path of the stored reference of this problem instance, or None.
+
+    The size asked for (``size``, else the problem's :func:`wanted_size`) is searched for in every folder first,
+    then the other sizes (a paper run with only a quick reference is scored against it, and its record says so).
+    """
+    key, first = reference_key(problem), size or wanted_size(problem)
+    for stem in dict.fromkeys(file_stem(key, s) for s in (first, *SIZES)):
+        for folder in search_path():
+            path = folder / problem.name / f"{stem}.npz"
+            if path.exists():
+                return path
     return None
+
+
+def find_exact(problem: Problem, size: str | None) -> Path | None:
+    """Path of the stored reference of exactly ``size`` (None: the one-size file ``<key>.npz``), or None."""
+    stem = file_stem(reference_key(problem), size)
+    return next((p for f in search_path() if (p := f / problem.name / f"{stem}.npz").exists()), None)
 
 
 def load(problem: Problem) -> Reference | None:
@@ -435,4 +482,11 @@ def describe(problem: Problem) -> dict[str, Any]:
         "max_nuts_rhat_used",
         "started_at",
     )
-    return {"kind": "estimated", "key": reference.key, **{k: reference.provenance.get(k) for k in keys}}
+    wanted, made = wanted_size(problem), reference.profile
+    sizes = {
+        "size": made or "any",
+        "size_wanted": wanted,
+        "size_mismatch": made is not None and made != wanted,
+        "file": path.name,
+    }
+    return {"kind": "estimated", "key": reference.key, **sizes, **{k: reference.provenance.get(k) for k in keys}}

@@ -263,3 +263,15 @@ def test_registered_defaults_and_validation() -> None:
         RobustVS(prior_scale=0.0)
     with pytest.raises(ValueError, match="num_observations"):
         RobustVS(num_observations=0)
+
+
+def test_the_paper_profile_plans_the_authors_sweep_points() -> None:
+    """VTI App. E.1's sweep at the authors' points (p = 9, 14, 19, 24) in paper; 12, 16, 20 only when named."""
+    from suite.registry import available_problems, problem_class
+
+    sweep = {name: problem_class(name) for name in available_problems() if name.startswith("robust-vs-p")}
+    planned = sorted(cls.num_covariates for cls in sweep.values() if "paper" in cls.profiles)
+    assert planned == [9, 14, 19, 24]
+    assert sorted(cls.num_covariates for cls in sweep.values()) == [9, 12, 14, 16, 19, 20, 24]
+    assert sweep["robust-vs-p16"].profiles == ("smoke",)  # CI's point
+    assert all(cls.sweep[1] == cls.num_covariates for cls in sweep.values())

@@ -275,3 +275,67 @@ def test_a_problem_with_a_corrupt_reference_is_reported_unavailable_by_run_all(
     out = capsys.readouterr().out
     assert f"problem robust-vs is unavailable: unreadable reference {corrupt}" in out
     assert "1 runs on" in out and "== sas" in out
+
+
+def _sized(problem: Problem, size: str, shift: int) -> store.Reference:
+    """A reference of ``size`` whose probabilities differ from the other size's (so the tests can tell them apart)."""
+    reference = _reference(problem)
+    reference.prob = np.roll(reference.prob, shift)
+    reference.provenance = {"method": "test", "settings": {"profile": size}}
+    return reference
+
+
+def test_paper_and_quick_references_are_stored_side_by_side(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    problem = _Estimated(num_nodes=3, data_seed=12)
+    monkeypatch.setenv(store.ENV_VAR, str(tmp_path))
+    quick_path = _sized(problem, "quick", 0).save(tmp_path)
+    paper_path = _sized(problem, "paper", 1).save(tmp_path)
+    key = store.reference_key(problem)
+    assert (quick_path.name, paper_path.name) == (f"{key}.npz", f"{key}.paper.npz")
+    assert store.Reference.read(paper_path).profile == "paper" and store.Reference.read(quick_path).profile == "quick"
+    quick_run, paper_run = _Estimated(num_nodes=3, data_seed=12), _Estimated(num_nodes=3, data_seed=12)
+    paper_run.use_reference_profile("paper")
+    np.testing.assert_array_equal(paper_run.stored_reference().prob, store.Reference.read(paper_path).prob)
+    np.testing.assert_array_equal(quick_run.stored_reference().prob, store.Reference.read(quick_path).prob)
+    described = store.describe(paper_run)
+    assert (described["size"], described["size_wanted"], described["size_mismatch"]) == ("paper", "paper", False)
+    # Changing the profile drops the cached reference.
+    paper_run.use_reference_profile("smoke")
+    np.testing.assert_array_equal(paper_run.stored_reference().prob, store.Reference.read(quick_path).prob)
+
+
+def test_a_paper_run_with_only_a_quick_reference_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from suite.leaderboard import reference_kind
+
+    problem = _Estimated(num_nodes=3, data_seed=13)
+    monkeypatch.setenv(store.ENV_VAR, str(tmp_path))
+    _sized(problem, "quick", 0).save(tmp_path)
+    problem.use_reference_profile("paper")
+    assert problem.stored_reference().profile == "quick"  # used, not silently: the record and leaderboard say so
+    described = store.describe(problem)
+    assert (described["size"], described["size_wanted"], described["size_mismatch"]) == ("quick", "paper", True)
+    records = [{"problem": problem.name, "reference": described}]
+    assert reference_kind(records, problem.name) == (
+        "estimated, quick-size; paper runs scored against the quick-size reference (no paper-size one was found)"
+    )
+
+
+def test_a_renamed_sized_reference_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    problem = _Estimated(num_nodes=3, data_seed=14)
+    monkeypatch.setenv(store.ENV_VAR, str(tmp_path))
+    paper_path = _sized(problem, "paper", 1).save(tmp_path)
+    renamed = paper_path.with_name(f"{store.reference_key(problem)}.npz")  # a paper reference posing as the quick one
+    paper_path.rename(renamed)
+    paper_path.with_suffix(".json").rename(renamed.with_suffix(".json"))
+    with pytest.raises(store.InvalidReferenceError, match=r"\.paper\.npz"):
+        store.Reference.read(renamed)
+
+
+def test_shipped_sweep_references_are_quick_size() -> None:
+    """The shipped cardinality-sweep gold standards are the quick size, and say so in their records."""
+    for p in (9, 14, 19, 24):
+        problem = make_problem(f"robust-vs-p{p}")
+        if store.find(problem) is None:
+            pytest.skip(f"no shipped reference for robust-vs-p{p}")
+        assert problem.stored_reference().profile == "quick"
+        assert store.describe(problem)["size"] == "quick"
