@@ -162,6 +162,19 @@ def build_tdbench_parser(prog: str = "tdbench") -> argparse.ArgumentParser:
     )
     report.add_argument("out", type=_out_folder, metavar="RESULTS_DIR", help="a results folder holding records/")
     report.add_argument("--wide", action="store_true", help="print the full leaderboards (lines over 120 columns)")
+    from suite.studies import STUDIES
+
+    study = commands.add_parser(
+        "study",
+        help="regenerate one of the papers' figures or tables: " + ", ".join(STUDIES),
+        description="Run a study (variants of methods on the paper's problems at a budget this machine affords) "
+        "and write its table (CSV, Markdown) and figure beside the paper's numbers. Studies: "
+        + "; ".join(f"{name}: {item.description}" for name, item in STUDIES.items()),
+    )
+    study.add_argument("name", choices=list(STUDIES), metavar="NAME", help=f"one of: {', '.join(STUDIES)}")
+    study.add_argument("--out", type=_out_folder, default=None, help="results folder (default: results/studies/NAME)")
+    study.add_argument("--seeds", type=int, default=None, help="seeds per variant and problem (default: the study's)")
+    study.add_argument("--force", action="store_true", help="re-run runs that already have a record")
     return parser
 
 
@@ -982,7 +995,21 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         return 0
     if args.command == "describe":
         return describe_command(args.name, prog)
+    if args.command == "study":
+        return study_command(args)
     return report_folder(args.out, args.wide, prog)
+
+
+def study_command(args: argparse.Namespace) -> int:
+    """``tdbench study NAME``: run the study's variants and write its comparison with the paper."""
+    from suite.studies import STUDIES
+    from suite.studies.study import run_study
+
+    if args.seeds is not None and args.seeds <= 0:
+        print(f"tdbench study: error: --seeds must be a positive integer, got {args.seeds}", file=sys.stderr)
+        return 2
+    out = Path("results") / "studies" / args.name if args.out is None else args.out
+    return run_study(STUDIES[args.name], out, args.seeds, args.force)
 
 
 def run_all(argv: list[str] | None = None, prog: str = "run_all.py") -> int:

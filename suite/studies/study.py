@@ -1,0 +1,176 @@
+"""A study: variants (method + options) x problems, run through the ordinary runner, compared with a paper's table."""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import io
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from suite.leaderboard import mean_and_se
+from suite.plots import plt, write_figure
+from suite.records import load_records
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One row of a study: a method with fixed options, and the paper's value per problem (None: not reported)."""
+
+    label: str
+    method: str
+    options: dict[str, Any] = field(default_factory=dict)
+    paper: dict[str, float | None] = field(default_factory=dict)
+
+    @property
+    def slug(self) -> str:
+        """Folder name of the variant's results."""
+        text = "".join(c if c.isalnum() else "-" for c in self.label.lower())
+        return "-".join(part for part in text.split("-") if part)
+
+
+@dataclass(frozen=True)
+class Study:
+    """Variants x problems at one budget, one metric, and the paper's numbers to print beside ours."""
+
+    name: str
+    description: str
+    problems: tuple[str, ...]
+    variants: tuple[Variant, ...]
+    metric: str
+    #: Arguments every variant's run gets (profile, seeds, budget), as ``tdbench run`` flags.
+    run_arguments: tuple[str, ...]
+    paper_source: str
+    #: Lower is better for ``metric``.
+    lower_is_better: bool = True
+
+    def run_argv(self, variant: Variant, out: Path, seeds: int | None, force: bool) -> list[str]:
+        """The ``tdbench run`` arguments of one variant."""
+        argv = ["--problems", ",".join(self.problems), "--methods", variant.method, "--out", str(out / variant.slug)]
+        argv += list(self.run_arguments)
+        if seeds is not None:
+            argv += ["--seeds", str(seeds)]
+        argv += [f"--option={variant.method}.{key}={json.dumps(value)}" for key, value in variant.options.items()]
+        return [*argv, "--force"] if force else argv
+
+    def table(self, out: Path) -> pd.DataFrame:
+        """One row per variant: per problem the measured mean, its standard error over seeds, runs, and the paper's."""
+        rows = []
+        for variant in self.variants:
+            records = load_records(out / variant.slug) if (out / variant.slug / "records").exists() else []
+            row: dict[str, Any] = {"variant": variant.label, "method": variant.method}
+            for problem in self.problems:
+                values = [
+                    rec["metrics"][self.metric]["value"]
+                    for rec in records
+                    if rec["problem"] == problem and rec["status"] == "ok" and self.metric in rec.get("metrics", {})
+                ]
+                failed = sum(1 for rec in records if rec["problem"] == problem and rec["status"] != "ok")
+                mean, se = mean_and_se(pd.Series(values, dtype=float)) if values else (math.nan, math.nan)
+                row[f"{problem}"] = mean
+                row[f"{problem}_se"] = se
+                row[f"{problem}_runs"] = len(values)
+                row[f"{problem}_failed"] = failed
+                row[f"{problem}_paper"] = variant.paper.get(problem)
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+
+def format_table(study: Study, table: pd.DataFrame) -> str:
+    """The study's table as Markdown: per problem ``ours (mean ± se, runs)`` and the paper's value."""
+    header = ["variant"]
+    for problem in study.problems:
+        header += [f"{problem}: ours", f"{problem}: paper"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for _, row in table.iterrows():
+        cells = [str(row["variant"])]
+        for problem in study.problems:
+            mean, se = row[problem], row[f"{problem}_se"]
+            runs, failed = row[f"{problem}_runs"], row[f"{problem}_failed"]
+            ours = "-" if not runs else f"{mean:.3f} ± {se:.3f} ({runs} runs)" if math.isfinite(se) else f"{mean:.3f}"
+            if failed:
+                ours += f", {failed} failed"
+            paper = row[f"{problem}_paper"]
+            cells += [ours, "-" if paper is None or pd.isna(paper) else f"{paper:.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_table(study: Study, table: pd.DataFrame, path: Path) -> Path:
+    """Per problem a panel: each variant's mean ± se (dots with bars) and the paper's value (crosses)."""
+    fig, axes = plt.subplots(1, len(study.problems), figsize=(5.0 * len(study.problems), 0.5 * len(table) + 1.8))
+    axes = [axes] if len(study.problems) == 1 else list(axes)
+    positions = list(range(len(table)))[::-1]
+    for ax, problem in zip(axes, study.problems, strict=True):
+        ax.errorbar(table[problem], positions, xerr=table[f"{problem}_se"].fillna(0), fmt="o", label="ours")
+        paper = pd.to_numeric(table[f"{problem}_paper"], errors="coerce")
+        ax.plot(paper, positions, "x", color="black", label="paper")
+        ax.set_yticks(positions, table["variant"])
+        ax.set_title(problem)
+        ax.set_xlabel(f"{study.metric} ({'lower' if study.lower_is_better else 'higher'} is better)")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8, loc="best")
+    fig.suptitle(f"{study.name}: {study.paper_source}", fontsize=9)
+    return write_figure(fig, path)
+
+
+def write_html(study: Study, table: pd.DataFrame, out: Path, figure: Path) -> Path:
+    """``<out>/index.html``: description, table beside the paper's and figure, linking each variant's report."""
+    rows = []
+    for variant, (_, row) in zip(study.variants, table.iterrows(), strict=True):
+        cells = [f'<a href="{html.escape(variant.slug)}/index.html">{html.escape(variant.label)}</a>']
+        for problem in study.problems:
+            runs, paper = row[f"{problem}_runs"], row[f"{problem}_paper"]
+            ours = "-" if not runs else f"{row[problem]:.3f} &plusmn; {row[f'{problem}_se']:.3f} ({runs} runs)"
+            cells += [ours, "-" if paper is None or pd.isna(paper) else f"{paper:.2f}"]
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    head = "".join(f"<th>{html.escape(p)}: ours</th><th>{html.escape(p)}: paper</th>" for p in study.problems)
+    page = (
+        f"<!doctype html><meta charset='utf-8'><title>{html.escape(study.name)}</title>"
+        f"<h1>{html.escape(study.name)}</h1><p>{html.escape(study.description)}</p>"
+        f"<p>{html.escape(study.metric)}, mean &plusmn; standard error over seeds; paper: "
+        f"{html.escape(study.paper_source)}</p><table border=1 cellpadding=4><tr><th>variant</th>{head}</tr>"
+        + "".join(rows)
+        + f"</table><p><img src='{html.escape(figure.name)}' alt='{html.escape(study.name)}'></p>"
+    )
+    path = out / "index.html"
+    path.write_text(page)
+    return path
+
+
+def run_study(study: Study, out: Path, seeds: int | None = None, force: bool = False) -> int:
+    """Run every variant (finished runs are kept), then write and print the comparison; the exit code."""
+    from suite.cli import main
+
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"Study {study.name}: {study.description}\nResults in {out}; each variant's runs in {out}/<variant>/")
+    status = 0
+    for variant in study.variants:
+        argv = study.run_argv(variant, out, seeds, force)
+        start = time.perf_counter()
+        log = out / f"{variant.slug}.log"
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer):  # the per-variant leaderboards go to its log; progress bars stay
+            code = main(["run", *argv])
+        log.write_text(f"tdbench run {' '.join(argv)}\n{buffer.getvalue()}")
+        print(f"  {variant.label}: exit {code} in {time.perf_counter() - start:.0f} s (log: {log})")
+        if code == 2:
+            print(buffer.getvalue())
+            return 2
+        status = max(status, code)
+    table = study.table(out)
+    table.to_csv(out / f"{study.name}.csv", index=False)
+    markdown = format_table(study, table)
+    header = f"# {study.name}\n\n{study.description}\n\nPaper: {study.paper_source}\n\n"
+    (out / f"{study.name}.md").write_text(f"{header}{markdown}\n")
+    figure = plot_table(study, table, out / f"{study.name}.png")
+    page = write_html(study, table, out, figure)
+    print(f"\n{study.metric} (mean ± standard error over seeds) beside {study.paper_source}:\n{markdown}")
+    print(f"\nWrote {out / f'{study.name}.csv'}, {out / f'{study.name}.md'}, {figure} and {page}")
+    return status
