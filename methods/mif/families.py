@@ -28,6 +28,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from methods.flows.made import degree_mask
 from suite.problem import LOG_SQRT_2PI
 
 #: (ordered z [M', n, D], model rows or None) -> (f, log g), each [M', n, D]; entry i depends on z_{<i} only.
@@ -191,7 +192,7 @@ class ModelInformedFlow(VariationalFamily):
         width = d + (2 if self.prior_inputs else 0) + (d if self.eps_block else 0)
         # mask[k, i, :] = the inputs of network k for coordinate i.
         mask = torch.zeros(self.num_nets, d, width, dtype=torch.bool)
-        mask[:, :, :d] = torch.tril(torch.ones(d, d, dtype=torch.bool), -1)
+        mask[:, :, :d] = degree_mask(torch.arange(d), torch.arange(d), strict=True)  # coordinate i reads z_<i
         if self.prior_inputs:
             mask[:, :, d : d + 2] = True
         if self.eps_block:

@@ -5,9 +5,10 @@ s standardises, h is the elementwise sigmoid (h^{-1} = logit), and F is three
 [reverse permutation, masked rational-quadratic autoregressive transform] layers
 on [0, 1]: the layer of nflows' ``MaskedPiecewiseRationalQuadraticAutoregressiveTransform``
 (10 bins, no tails, nflows' MADE with two residual blocks, hidden width 32 n capped
-at 256), with the spline evaluated by :func:`rq_spline`, which gives nflows'
-values with fewer passes over the bin tables (the spline, not the MADE, dominates
-training time for small hidden widths).
+at 256), with the spline evaluated by :func:`methods.flows.splines.rq_spline`, which
+gives nflows' values with fewer passes over the bin tables (the spline, not the MADE,
+dominates training time for small hidden widths). The MADE, spline, sandwich and
+affine pieces come from the shared flow library :mod:`methods.flows`.
 
 * :class:`SplineTransport` (TRJ): one flow per model of an enumerable space, on the
   model's active coordinates; inactive coordinates pass through.
@@ -30,12 +31,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
-from nflows.transforms.made import MADE
-from nflows.transforms.splines import rational_quadratic
 from torch import Tensor, nn
 
 from methods.common.moments import safe_cholesky
+from methods.flows.affine import CholeskyAffine
+from methods.flows.made import MADEConditioner
+from methods.flows.sandwich import log_sigmoid_derivative, logit, sigmoid_sandwich
+from methods.flows.splines import DERIVATIVE_AT_IDENTITY, rq_spline
 from methods.trj.transports import AffineTransport, active_log_prob
 from suite.problem import Problem, std_normal_log_prob
 from suite.tensor_ops import host_generator, row_sum
@@ -46,10 +48,6 @@ NUM_BLOCKS = 2
 HIDDEN_PER_FEATURE = 32
 MAX_HIDDEN = 256
 SD_FLOOR = 1e-10
-# nflows' defaults for the minimum bin width, bin height and knot derivative.
-MIN_BIN = rational_quadratic.DEFAULT_MIN_DERIVATIVE
-# Derivatives are MIN_BIN + softplus(raw); this raw value gives derivative 1.
-DERIVATIVE_AT_IDENTITY = math.log(math.expm1(1.0 - MIN_BIN))
 
 
 #: ``fit`` keywords of the TRJ code's factor-analysis flows (RationalQuadraticFlowFAV): minibatch 32, no
@@ -62,115 +60,28 @@ FACTOR_ANALYSIS_FIT = {"iterations": 3000, "batch_size": 32, "double_batch_every
 StopFn = Callable[[int, int], bool]
 
 
-# --------------------------------------------------------------------------- shared helpers
-def _log_sigmoid_derivative(x: Tensor) -> Tensor:
-    """log d sigmoid(x)/dx, exact for any x."""
-    return -F.softplus(-x) - F.softplus(x)
-
-
-def _logit(t: Tensor) -> tuple[Tensor, Tensor]:
-    """logit(t) and log d logit/dt, with t kept off 0 and 1 so that saturated values stay finite."""
-    finfo = torch.finfo(t.dtype)
-    t = t.clamp(finfo.tiny, 1.0 - finfo.eps / 2)
-    log_t, log_1mt = torch.log(t), torch.log1p(-t)
-    return log_t - log_1mt, -log_t - log_1mt
-
-
+# --------------------------------------------------------------------------- the spline stack
 def _unit_interval(x: Tensor) -> Tensor:
     # A spline output can leave [0, 1] by a rounding error; the next spline's bin search assumes [0, 1].
     return x.clamp(0.0, 1.0)
 
 
-def rq_spline(x: Tensor, raw: Tensor, inverse: bool = False) -> tuple[Tensor, Tensor]:
-    """Monotone rational-quadratic spline of [0, 1] onto itself, elementwise, and log |dy/dx|.
-
-    ``raw`` is ``[..., 3K + 1]``: K width logits, K height logits, K + 1 raw knot
-    derivatives, parameterised exactly as nflows' ``rational_quadratic_spline``
-    (softmax bin sizes with a 1e-3 floor, derivatives 1e-3 + softplus). It computes
-    the same values with fewer passes over the ``[..., K]`` tables: one bin search
-    and one gather of both knots of the bin, and softplus only at those knots.
-    """
-    k = (raw.shape[-1] - 1) // 3
-    logits = raw[..., : 2 * k].unflatten(-1, (2, k))  # widths and heights together
-    # softmax written out: torch.softmax over a short last dimension is several times slower on CPU.
-    e = torch.exp(logits - logits.detach().amax(-1, keepdim=True))
-    size = MIN_BIN + (1.0 - MIN_BIN * k) * (e / e.sum(-1, keepdim=True))
-    inner = torch.cumsum(size[..., :-1], dim=-1)
-    edge = torch.zeros_like(size[..., :1])
-    knots = torch.cat([edge, inner, edge + 1.0], dim=-1).unbind(-2)  # [..., K + 1] each, exactly 0 and 1 at the ends
-    # The bin of each input: interior knots at or below it (no clamp needed for inputs in [0, 1]).
-    search = knots[1] if inverse else knots[0]
-    bin_idx = torch.searchsorted(search[..., 1:-1].contiguous(), x.unsqueeze(-1), right=True)
-    table = torch.stack([knots[0], knots[1], raw[..., 2 * k :]], dim=-2)  # [..., 3, K + 1]
-    index = torch.cat([bin_idx, bin_idx + 1], dim=-1).unsqueeze(-2).expand(*bin_idx.shape[:-1], 3, 2)
-    ends = table.gather(-1, index)  # [..., 3, 2]: (x, y, raw derivative) at both knots of the bin
-    x0, y0 = ends[..., 0, 0], ends[..., 1, 0]
-    width, height = ends[..., 0, 1] - x0, ends[..., 1, 1] - y0
-    deriv = MIN_BIN + F.softplus(ends[..., 2, :])
-    d0, d1 = deriv[..., 0], deriv[..., 1]
-    slope = height / width
-    curve = d0 + d1 - 2.0 * slope
-    if inverse:
-        dy = x - y0
-        a = dy * curve + height * (slope - d0)
-        b = height * d0 - dy * curve
-        c = -slope * dy
-        root = (2.0 * c) / (-b - torch.sqrt((b * b - 4.0 * a * c).clamp_min(0.0)))
-        xi = root
-        out = root * width + x0
-    else:
-        xi = (x - x0) / width
-        out = None
-    xi_1m = xi * (1.0 - xi)
-    denominator = slope + curve * xi_1m
-    log_num = torch.log(d1 * xi * xi + 2.0 * slope * xi_1m + d0 * (1.0 - xi) * (1.0 - xi))
-    log_deriv = 2.0 * torch.log(slope) + log_num - 2.0 * torch.log(denominator)
-    if inverse:
-        return out, -log_deriv
-    return y0 + height * (slope * xi * xi + d0 * xi_1m) / denominator, log_deriv
-
-
-class _SplineLayer(nn.Module):
+class _SplineLayer(MADEConditioner):
     """Masked RQ autoregressive layer on [0, 1]^n: y_i = RQS(x_i; MADE(x_<i, context)_i), identity-initialised.
 
     The layer of nflows' ``MaskedPiecewiseRationalQuadraticAutoregressiveTransform`` (tails None, residual
-    MADE) with the leaner :func:`rq_spline`. With a context, a zero-initialised linear map of the context
-    is added to the MADE outputs: in nflows' MADE the parameters of the first coordinate are a bare bias
-    that ignores the context, and the shortcut lets every coordinate's spline depend on the model
-    without touching the autoregressive structure.
+    MADE) with the leaner :func:`~methods.flows.splines.rq_spline`. With a context, the conditioner's
+    zero-initialised shortcut from the context lets every coordinate's spline depend on the model.
     """
 
     def __init__(self, features: int, hidden: int, context_dim: int | None) -> None:
-        super().__init__()
-        self.features, self.width = features, 3 * NUM_BINS + 1
-        self.made = MADE(
-            features=features,
-            hidden_features=hidden,
-            context_features=context_dim,
-            num_blocks=NUM_BLOCKS,
-            output_multiplier=self.width,
-            use_residual_blocks=True,
-            activation=F.relu,
-        )
-        final = self.made.final_layer
-        nn.init.zeros_(final.weight)
+        super().__init__(features, hidden, context_dim, NUM_BLOCKS, 3 * NUM_BINS + 1)
         with torch.no_grad():
-            final.bias.zero_()
-            final.bias.view(features, self.width)[:, 2 * NUM_BINS :] = DERIVATIVE_AT_IDENTITY
-        self.shortcut = None
-        if context_dim is not None:
-            self.shortcut = nn.Linear(context_dim, features * self.width, bias=False)
-            nn.init.zeros_(self.shortcut.weight)
-
-    def _params(self, x: Tensor, context: Tensor | None) -> Tensor:
-        out = self.made(x, context)
-        if self.shortcut is not None:
-            out = out + self.shortcut(context)
-        return out.view(x.shape[0], self.features, self.width)
+            self.made.final_layer.bias.view(features, self.multiplier)[:, 2 * NUM_BINS :] = DERIVATIVE_AT_IDENTITY
 
     def forward(self, x: Tensor, context: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """One conditioner pass: y and log |det dy/dx| ``[B]``."""
-        y, log_d = rq_spline(x, self._params(x, context))
+        y, log_d = rq_spline(x, self.conditioner(x, context))
         return _unit_interval(y), row_sum(log_d)
 
     def inverse(self, y: Tensor, context: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -178,7 +89,7 @@ class _SplineLayer(nn.Module):
         x = torch.zeros_like(y)
         log_d = torch.zeros_like(y)
         for _ in range(self.features):
-            x, log_d = rq_spline(y, self._params(x, context), inverse=True)
+            x, log_d = rq_spline(y, self.conditioner(x, context), inverse=True)
             x = _unit_interval(x)
         return x, row_sum(log_d)
 
@@ -219,16 +130,12 @@ class SplineStack(nn.Module):
 
 def _sandwich_forward(stack: SplineStack, x: Tensor, context: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """z = logit(F(sigmoid(x))) and log |det dz/dx| ``[B]``."""
-    v, log_det = stack(torch.sigmoid(x), context)
-    z, log_dlogit = _logit(v)
-    return z, log_det + row_sum(_log_sigmoid_derivative(x) + log_dlogit)
+    return sigmoid_sandwich(x, lambda u: stack(u, context))
 
 
 def _sandwich_inverse(stack: SplineStack, z: Tensor, context: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """x = logit(F^{-1}(sigmoid(z))) and log |det dx/dz| ``[B]``."""
-    u, log_det = stack.inverse(torch.sigmoid(z), context)
-    x, log_dlogit = _logit(u)
-    return x, log_det + row_sum(_log_sigmoid_derivative(z) + log_dlogit)
+    return sigmoid_sandwich(z, lambda v: stack.inverse(v, context))
 
 
 # --------------------------------------------------------------------------- training
@@ -376,24 +283,8 @@ class _FlowBlock(nn.Module):
         return x * self.sd + self.mean, log_det + self.log_sd_sum
 
 
-class _AffineBlock(nn.Module):
-    """Fallback T_k: z = L^{-1} (x - mean) with the draws' mean and Cholesky factor (AffineTransport on a block)."""
-
-    def __init__(self, mean: Tensor, chol: Tensor) -> None:
-        super().__init__()
-        self.register_buffer("mean", mean)
-        self.register_buffer("chol_t", chol.T.contiguous())
-        self.register_buffer("log_det", torch.log(torch.diagonal(chol)).sum())
-
-    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Target -> reference on the block."""
-        # Row form: z^T = (x - mean)^T L^{-T}, a triangular solve from the right.
-        z = torch.linalg.solve_triangular(self.chol_t, x - self.mean, upper=True, left=False)
-        return z, (-self.log_det).expand(x.shape[0])
-
-    def inverse(self, z: Tensor) -> tuple[Tensor, Tensor]:
-        """Reference -> target on the block."""
-        return z @ self.chol_t + self.mean, self.log_det.expand(z.shape[0])
+#: Fallback T_k: z = L^{-1} (x - mean) with the draws' mean and Cholesky factor (AffineTransport on a block).
+_AffineBlock = CholeskyAffine
 
 
 def _affine_block(x: Tensor) -> _AffineBlock:
@@ -426,11 +317,11 @@ def _fit_flow_block(
     # s and h are fixed: map the draws to [0, 1] once and train F on them.
     x_std = (x - mean) / sd
     u = torch.sigmoid(x_std)
-    fixed = row_sum(_log_sigmoid_derivative(x_std)) - block.log_sd_sum
+    fixed = row_sum(log_sigmoid_derivative(x_std)) - block.log_sd_sum
 
     def nll(rows: Tensor) -> Tensor:
         v, log_det = block.stack(u[rows])
-        z, log_dlogit = _logit(v)
+        z, log_dlogit = logit(v)
         return -(row_sum(std_normal_log_prob(z) + log_dlogit) + log_det + fixed[rows]).mean()
 
     def sample_rows(n: int) -> Tensor:

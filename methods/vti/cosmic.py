@@ -21,8 +21,8 @@ ascending order) and has two directions:
   given theta (sequential over coordinates for autoregressive layers);
   returns the input and log |det d in / d out|.
 
-Autoregressive conditioners are nflows' MADE; the rational-quadratic spline is
-nflows' ``rational_quadratic_spline``.
+Autoregressive conditioners, the rational-quadratic spline, the sigmoid sandwich
+and the positive scale come from the shared flow library :mod:`methods.flows`.
 """
 
 from __future__ import annotations
@@ -31,32 +31,19 @@ import math
 
 import torch
 import torch.nn.functional as F
-from nflows.transforms.made import MADE
-from nflows.transforms.splines.rational_quadratic import rational_quadratic_spline
 from torch import Tensor, nn
 
-#: Lower bound added to every positive scale (VTI code: softplus(.) + 1e-6).
-SCALE_FLOOR = 1e-6
-#: softplus with beta = ln 2 maps 0 to 1, so zero-initialised layers are the identity.
-SOFTPLUS_BETA = math.log(2.0)
+from methods.flows.affine import SCALE_FLOOR, scale_shift
+from methods.flows.made import MADEConditioner
+from methods.flows.sandwich import sigmoid_sandwich
+from methods.flows.splines import DERIVATIVE_AT_IDENTITY, rq_spline
+
 #: Spline settings of the VTI code: 10 bins on [0, 1], minimum bin width/height/derivative 1e-3.
 NUM_BINS = 10
-MIN_BIN = 1e-3
 #: Clamp of the sigmoid sandwich around splines (nflows' Logit default).
 SANDWICH_EPS = 1e-6
-
-
-def positive_scale(raw: Tensor) -> Tensor:
-    """softplus_{ln 2}(raw) + 1e-6: equals 1 + 1e-6 at raw = 0."""
-    return F.softplus(raw, beta=SOFTPLUS_BETA) + SCALE_FLOOR
-
-
-def _derivative_offset() -> float:
-    # nflows computes derivatives as min_derivative + softplus(raw); this offset makes raw = 0 a unit derivative.
-    return math.log(math.expm1(1.0 - MIN_BIN))
-
-
-DERIVATIVE_OFFSET = _derivative_offset()
+#: The spline's raw derivatives are offset by this, so that zero-initialised raw outputs are unit derivatives.
+DERIVATIVE_OFFSET = DERIVATIVE_AT_IDENTITY
 
 
 # --------------------------------------------------------------------------- permutations
@@ -123,43 +110,21 @@ def context_mlp(context_dim: int, hidden: int, depth: int, out: int) -> nn.Seque
     return net
 
 
-class _MADELayer(CoSMICLayer):
+class _MADELayer(MADEConditioner, CoSMICLayer):
     """Shared machinery of autoregressive CoSMIC layers: a zero-initialised MADE conditioner.
 
-    In nflows' MADE the outputs of the first coordinate connect to no hidden
-    unit (its degree admits none), so they are a bare bias and ignore the
-    context. The first left-aligned coordinate would then get the same
-    transform in every model, and a model with one active coordinate no
-    model-specific transform at all. A zero-initialised linear map from the
-    context straight to the outputs fixes this without touching the
-    autoregressive structure (the context is not a coordinate).
+    The conditioner (:class:`~methods.flows.made.MADEConditioner`) adds a zero-initialised
+    linear map of the context to the MADE outputs, so that the first left-aligned
+    coordinate, whose MADE outputs are a bare bias, still gets a model-specific transform.
     """
 
     autoregressive = True
     multiplier: int
 
     def __init__(self, dim: int, context_dim: int, hidden: int, num_blocks: int, activation: str = "relu") -> None:
-        super().__init__()
-        self.dim = dim
         act = {"relu": F.relu, "leaky_relu": F.leaky_relu}[activation]
-        self.made = MADE(
-            features=dim,
-            hidden_features=hidden,
-            context_features=context_dim,
-            num_blocks=num_blocks,
-            output_multiplier=self.multiplier,
-            use_residual_blocks=True,
-            activation=act,
-        )
-        nn.init.zeros_(self.made.final_layer.weight)
-        nn.init.zeros_(self.made.final_layer.bias)
-        self.context_out = nn.Linear(context_dim, dim * self.multiplier, bias=False)
-        nn.init.zeros_(self.context_out.weight)
-
-    def _params(self, x: Tensor, context: Tensor) -> Tensor:
-        """Conditioner output ``[B, D, multiplier]`` (nflows lays outputs out per feature)."""
-        out = self.made(x, context) + self.context_out(context)
-        return out.view(x.shape[0], self.dim, self.multiplier)
+        super().__init__(dim, hidden, context_dim, num_blocks, self.multiplier, act)
+        self.dim = dim
 
     def _forward_map(self, x: Tensor, params: Tensor, active: Tensor) -> tuple[Tensor, Tensor]:
         """Elementwise map x -> y and log dy/dx per coordinate (masked entries may be anything)."""
@@ -174,7 +139,7 @@ class _MADELayer(CoSMICLayer):
 
     def sample(self, x: Tensor, active: Tensor, context: Tensor) -> tuple[Tensor, Tensor]:
         """y_i = tau(x_i; rho(x_<i, m)) on active coordinates, y_i = x_i elsewhere."""
-        params = self._params(self._conditioner_input(x), context)
+        params = self.conditioner(self._conditioner_input(x), context)
         y, logd = self._forward_map(x, params, active)
         return torch.where(active, y, x), torch.where(active, logd, 0.0).sum(-1)
 
@@ -183,7 +148,7 @@ class _MADELayer(CoSMICLayer):
         x = torch.where(active, torch.zeros_like(y), y)
         logd = torch.zeros_like(y)
         for _ in range(int(active.sum(-1).max()) if active.numel() else 0):
-            params = self._params(self._conditioner_input(x), context)
+            params = self.conditioner(self._conditioner_input(x), context)
             x_new, logd = self._inverse_map(y, params, active)
             x = torch.where(active, x_new, y)
         return x, torch.where(active, logd, 0.0).sum(-1)
@@ -200,12 +165,10 @@ class CoSMICAffineMAF(_MADELayer):
     multiplier = 2
 
     def _forward_map(self, x: Tensor, params: Tensor, active: Tensor) -> tuple[Tensor, Tensor]:
-        scale = positive_scale(params[..., 0])
-        return scale * x + params[..., 1], torch.log(scale)
+        return scale_shift(x, params[..., 0], params[..., 1])
 
     def _inverse_map(self, y: Tensor, params: Tensor, active: Tensor) -> tuple[Tensor, Tensor]:
-        scale = positive_scale(params[..., 0])
-        return (y - params[..., 1]) / scale, -torch.log(scale)
+        return scale_shift(y, params[..., 0], params[..., 1], inverse=True)
 
 
 class CoSMICSplineMAF(_MADELayer):
@@ -222,40 +185,19 @@ class CoSMICSplineMAF(_MADELayer):
     def _conditioner_input(self, x: Tensor) -> Tensor:
         return torch.sigmoid(x)
 
-    def _spline(self, s: Tensor, params: Tensor, inverse: bool) -> tuple[Tensor, Tensor]:
-        widths = params[..., :NUM_BINS]
-        heights = params[..., NUM_BINS : 2 * NUM_BINS]
-        derivs = params[..., 2 * NUM_BINS :] + DERIVATIVE_OFFSET
-        return rational_quadratic_spline(
-            s,
-            widths,
-            heights,
-            derivs,
-            inverse=inverse,
-            min_bin_width=MIN_BIN,
-            min_bin_height=MIN_BIN,
-            min_derivative=MIN_BIN,
-        )
+    def _sandwich(self, x: Tensor, params: Tensor, active: Tensor, inverse: bool) -> tuple[Tensor, Tensor]:
+        # Inactive coordinates enter the spline at 0.5 (any point in [0, 1]); their outputs are discarded.
+        def spline(s: Tensor) -> tuple[Tensor, Tensor]:
+            s = torch.where(active, s, 0.5)
+            return rq_spline(s, params, inverse=inverse, derivative_offset=DERIVATIVE_OFFSET)
+
+        return sigmoid_sandwich(x, spline, SANDWICH_EPS)
 
     def _forward_map(self, x: Tensor, params: Tensor, active: Tensor) -> tuple[Tensor, Tensor]:
-        s = torch.sigmoid(x).clamp(SANDWICH_EPS, 1 - SANDWICH_EPS)
-        s = torch.where(active, s, 0.5)
-        t, log_dspline = self._spline(s, params, inverse=False)
-        t = t.clamp(SANDWICH_EPS, 1 - SANDWICH_EPS)
-        y = torch.log(t) - torch.log1p(-t)
-        log_dsig = -F.softplus(-x) - F.softplus(x)
-        log_dlogit = -torch.log(t) - torch.log1p(-t)
-        return y, log_dsig + log_dspline + log_dlogit
+        return self._sandwich(x, params, active, inverse=False)
 
     def _inverse_map(self, y: Tensor, params: Tensor, active: Tensor) -> tuple[Tensor, Tensor]:
-        t = torch.sigmoid(y).clamp(SANDWICH_EPS, 1 - SANDWICH_EPS)
-        t = torch.where(active, t, 0.5)
-        s, log_dspline_inv = self._spline(t, params, inverse=True)
-        s = s.clamp(SANDWICH_EPS, 1 - SANDWICH_EPS)
-        x = torch.log(s) - torch.log1p(-s)
-        log_dsig_y = -F.softplus(-y) - F.softplus(y)
-        log_dlogit_s = -torch.log(s) - torch.log1p(-s)
-        return x, log_dsig_y + log_dspline_inv + log_dlogit_s
+        return self._sandwich(y, params, active, inverse=True)
 
 
 class _ElementwiseLayer(CoSMICLayer):
@@ -286,10 +228,8 @@ class _AffineMap:
 
     @staticmethod
     def _map(x: Tensor, a: Tensor, b: Tensor, inverse: bool) -> tuple[Tensor, Tensor]:
-        scale = positive_scale(a)
-        if inverse:
-            return (x - b) / scale, -torch.log(scale).expand_as(x)
-        return scale * x + b, torch.log(scale).expand_as(x)
+        y, log_d = scale_shift(x, a, b, inverse)
+        return y, log_d.expand_as(x)
 
 
 class CoSMICDiagonalAffine(_AffineMap, _ElementwiseLayer):

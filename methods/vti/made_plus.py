@@ -2,10 +2,10 @@
 
 The identifier is a vector of V discrete variables with cardinalities K_v (for
 DAGs: d - 1 Lehmer digits with d, ..., 2 outcomes, then d(d-1)/2 edge bits).
-One masked MLP reads the values and emits, for each variable, K_v logits (a
-categorical; binary variables get one Bernoulli logit), each depending only
-on earlier variables: the output units of variable v repeat its degree v + 1
-(the per-dimension output multiplier r(v) of App. F.8). Settings follow the
+One masked MLP (:class:`methods.flows.made.MADEPlus`) reads the values and emits,
+for each variable, K_v logits (a categorical; binary variables get one Bernoulli
+logit), each depending only on earlier variables: the output units of variable v
+repeat its degree v + 1 (the per-dimension output multiplier r(v) of App. F.8). Settings follow the
 authors' SFEMADEDAG (methods spec 4.5): hidden width ub2(total outputs),
 2 + (d - 1) // 2 residual blocks, ReLU, final layer zero-initialised (uniform
 q), sampling digits first and then bits, V sequential passes.
@@ -17,10 +17,10 @@ import math
 from typing import Protocol, runtime_checkable
 
 import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 from torch.func import functional_call
 
+from methods.flows.made import MADEPlus
 from methods.vti.model_samplers import LOGIT_CLAMP, AutoregressiveSampler, LogPriorFn
 
 
@@ -38,61 +38,6 @@ class DiscreteVectorSpace(Protocol):
     def from_variables(self, values: Tensor) -> Tensor:
         """Model indices of variable values ``[B, V]``."""
         ...
-
-
-class MaskedLinear(nn.Linear):
-    """A linear layer whose weight is multiplied by a fixed 0/1 connectivity mask."""
-
-    def __init__(self, in_degrees: Tensor, out_degrees: Tensor, strict: bool) -> None:
-        super().__init__(len(in_degrees), len(out_degrees))
-        allowed = out_degrees[:, None] > in_degrees[None, :] if strict else out_degrees[:, None] >= in_degrees[None, :]
-        self.register_buffer("mask", allowed.to(self.weight.dtype))
-
-    def forward(self, x: Tensor) -> Tensor:
-        """x W^T (masked) + b."""
-        return F.linear(x, self.weight * self.mask, self.bias)
-
-
-class MADEPlus(nn.Module):
-    """Masked autoregressive MLP with K_v outputs for categorical variable v and 1 for a binary one."""
-
-    def __init__(self, cardinalities: list[int], hidden: int, num_blocks: int) -> None:
-        super().__init__()
-        v = len(cardinalities)
-        self.widths = [k if k > 2 else 1 for k in cardinalities]
-        in_degrees = torch.arange(1, v + 1)
-        hidden_degrees = torch.arange(hidden) % max(v - 1, 1) + 1
-        out_degrees = torch.repeat_interleave(in_degrees, torch.tensor(self.widths))
-        self.first = MaskedLinear(in_degrees, hidden_degrees, strict=False)
-        self.blocks = nn.ModuleList(
-            nn.ModuleList(
-                [
-                    MaskedLinear(hidden_degrees, hidden_degrees, False),
-                    MaskedLinear(hidden_degrees, hidden_degrees, False),
-                ]
-            )
-            for _ in range(num_blocks)
-        )
-        self.final = MaskedLinear(hidden_degrees, out_degrees, strict=True)
-        with torch.no_grad():
-            self.final.weight.zero_()
-            self.final.bias.zero_()
-
-    def features(self, values: Tensor) -> Tensor:
-        """Last hidden layer ``[B, hidden]`` (after its ReLU) for variable values ``[B, V]`` (as floats)."""
-        h = self.first(values)
-        for first, second in self.blocks:
-            h = h + second(torch.relu(first(torch.relu(h))))
-        return torch.relu(h)
-
-    def forward(self, values: Tensor) -> Tensor:
-        """Raw outputs ``[B, sum_v width_v]`` (clamped to ±500) for variable values ``[B, V]`` (as floats)."""
-        return self.final(self.features(values)).clamp(-LOGIT_CLAMP, LOGIT_CLAMP)
-
-    def outputs_of(self, features: Tensor, rows: slice) -> Tensor:
-        """The final layer's outputs ``rows`` only (one variable's logits during sequential sampling)."""
-        weight = self.final.weight[rows] * self.final.mask[rows]
-        return F.linear(features, weight, self.final.bias[rows]).clamp(-LOGIT_CLAMP, LOGIT_CLAMP)
 
 
 def default_sfe_lr(num_nodes: int) -> float:
@@ -138,7 +83,7 @@ class MADEPlusSampler(AutoregressiveSampler):
         num_digits = sum(1 for k in cards if k > 2)
         outputs = sum(k if k > 2 else 1 for k in cards)
         hidden = hidden or 1 << max(outputs - 1, 0).bit_length()
-        self.made = MADEPlus(cards, hidden, num_blocks or 2 + num_digits // 2).to(self.device, dtype)
+        self.made = MADEPlus(cards, hidden, num_blocks or 2 + num_digits // 2, LOGIT_CLAMP).to(self.device, dtype)
         # Logit table: categorical v reads its K_v outputs, padded with -inf to the largest K; binary v reads
         # [0, logit] (log-odds of outcome 1 against 0), so one log-softmax serves both kinds.
         k_max = max(max(cards), 2)

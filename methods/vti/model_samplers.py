@@ -16,10 +16,10 @@ from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
-from nflows.transforms.made import MADE
 from torch import Tensor, nn
 from torch.func import functional_call
 
+from methods.flows.made import zeroed_made
 from suite.model_space import BinarySpace
 from suite.types import ModelProbs
 
@@ -648,17 +648,7 @@ class MADEBinarySampler(AutoregressiveSampler):
         self.num_bits = num_models.bit_length() - 1
         self.space = BinarySpace(self.num_bits)
         blocks = made_num_blocks(self.num_bits)
-        self.made = MADE(
-            features=self.num_bits,
-            hidden_features=2 * blocks * self.num_bits,
-            num_blocks=blocks,
-            output_multiplier=1,
-            use_residual_blocks=True,
-            activation=F.leaky_relu,
-        )
-        with torch.no_grad():
-            self.made.final_layer.weight.zero_()
-            self.made.final_layer.bias.zero_()
+        self.made = zeroed_made(self.num_bits, 2 * blocks * self.num_bits, None, blocks, 1, F.leaky_relu)
         self.made.to(self.device, dtype)
 
     def forward(self, bits: Tensor) -> Tensor:
