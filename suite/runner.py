@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import traceback
 import warnings
 from datetime import UTC, datetime
@@ -85,7 +86,12 @@ def exact_divergences(problem: Problem, scores: dict[str, metrics.Estimate]) -> 
 def negative_elbo(
     problem: Problem, result: Result, device: torch.device, dtype: torch.dtype, num_draws: int = ELBO_DRAWS
 ) -> metrics.Estimate:
-    """-ELBO = E_q[log q(m, theta) - log pi~(m, theta)] over fresh draws of the method's q, with its MC error."""
+    """-ELBO = E_q[log q(m, theta) - log pi~(m, theta)] over fresh draws of the method's q, with its MC error.
+
+    A draw of q where the target's density is zero (log pi~ = -inf), or whose theta overflowed to a non-finite
+    value (an explosive flow), counts as an infinite gap: q puts mass where pi has none (in floating point), so
+    KL(q || pi) and the -ELBO are infinite. The estimate is then ``inf``, not the NaN that log q often is there.
+    """
     assert result.sample_q is not None and result.log_density is not None
     generator = torch.Generator(device=device).manual_seed(EVAL_SEED)
     gaps = []
@@ -94,7 +100,9 @@ def negative_elbo(
             fresh = result.sample_q(min(EVAL_CHUNK, num_draws - start), generator)
             m, theta = fresh.model_index.to(device), fresh.theta.to(device, dtype)
             log_q = result.log_density(m, theta).to("cpu", torch.float64)
-            gaps.append(log_q - problem.log_joint(m, theta).to("cpu", torch.float64))
+            log_joint = problem.log_joint(m, theta).to("cpu", torch.float64)
+            outside = (log_joint == -math.inf) | ~torch.isfinite(theta).all(-1).cpu()
+            gaps.append(torch.where(outside, math.inf, log_q - log_joint))
     return metrics.mean_estimate(torch.cat(gaps))
 
 

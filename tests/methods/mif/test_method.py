@@ -1,5 +1,7 @@
 """Per-model VI methods: exact model probabilities, the refusal of large spaces, the suite's -ELBO."""
 
+import math
+
 import pytest
 import torch
 
@@ -70,6 +72,24 @@ def test_negative_elbo_of_the_exact_posterior_is_minus_log_evidence() -> None:
     )
     estimate = negative_elbo(problem, exact, CPU, torch.float64, num_draws=5000)
     assert estimate.value == pytest.approx(-log_z, abs=1e-9) and estimate.se < 1e-9
+
+
+def test_negative_elbo_is_infinite_when_q_draws_overflow_or_leave_the_support() -> None:
+    """A q draw with theta = -inf (an explosive affine flow, seen on eight schools) or log pi~ = -inf: -ELBO inf."""
+    problem = make_problem("eight-schools")
+    log_z = problem.log_evidence()
+
+    def sample_q(n: int, gen: torch.Generator):
+        draws = problem.reference_draws(n, gen)
+        draws.theta[0, -1] = -math.inf  # log q there is NaN for a flow (inf - inf), log pi~ is -inf
+        return draws
+
+    def log_density(m: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+        out = problem.log_joint(m, theta) - log_z
+        return torch.where(torch.isfinite(theta).all(-1), out, math.nan)
+
+    estimate = negative_elbo(problem, Result(log_density=log_density, sample_q=sample_q), CPU, torch.float64, 5000)
+    assert estimate.value == math.inf and estimate.se is None
 
 
 def test_mean_field_on_the_funnel_reaches_its_known_gap() -> None:
