@@ -173,8 +173,13 @@ def build_tdbench_parser(prog: str = "tdbench") -> argparse.ArgumentParser:
     )
     study.add_argument("name", choices=list(STUDIES), metavar="NAME", help=f"one of: {', '.join(STUDIES)}")
     study.add_argument("--out", type=_out_folder, default=None, help="results folder (default: results/studies/NAME)")
-    study.add_argument("--seeds", type=int, default=None, help="seeds per variant and problem (default: the study's)")
-    study.add_argument("--force", action="store_true", help="re-run runs that already have a record")
+    study.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        help="seeds per variant and problem; for the TRJ bridge-estimate studies, fits per N (default: the study's)",
+    )
+    study.add_argument("--force", action="store_true", help="re-run runs (or N) that already have results")
     return parser
 
 
@@ -1003,13 +1008,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 def study_command(args: argparse.Namespace) -> int:
     """``tdbench study NAME``: run the study's variants and write its comparison with the paper."""
     from suite.studies import STUDIES
-    from suite.studies.study import run_study
 
     if args.seeds is not None and args.seeds <= 0:
         print(f"tdbench study: error: --seeds must be a positive integer, got {args.seeds}", file=sys.stderr)
         return 2
     out = Path("results") / "studies" / args.name if args.out is None else args.out
-    return run_study(STUDIES[args.name], out, args.seeds, args.force)
+    return STUDIES[args.name].run(out, args.seeds, args.force)
 
 
 def run_all(argv: list[str] | None = None, prog: str = "run_all.py") -> int:

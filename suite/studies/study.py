@@ -59,6 +59,10 @@ class Study:
         argv += [f"--option={variant.method}.{key}={json.dumps(value)}" for key, value in variant.options.items()]
         return [*argv, "--force"] if force else argv
 
+    def run(self, out: Path, seeds: int | None = None, force: bool = False) -> int:
+        """Run the study (:func:`run_study`); the exit code."""
+        return run_study(self, out, seeds, force)
+
     def table(self, out: Path) -> pd.DataFrame:
         """One row per variant: per problem the measured mean, its standard error over seeds, runs, and the paper's."""
         rows = []
@@ -109,6 +113,9 @@ def plot_table(study: Study, table: pd.DataFrame, path: Path) -> Path:
     positions = list(range(len(table)))[::-1]
     for ax, problem in zip(axes, study.problems, strict=True):
         ax.errorbar(table[problem], positions, xerr=table[f"{problem}_se"].fillna(0), fmt="o", label="ours")
+        for position, value in zip(positions, table[problem], strict=True):
+            if value == math.inf:  # a -ELBO of q with draws outside the target's support: marked at the edge
+                ax.annotate("inf", (1.0, position), xycoords=("axes fraction", "data"), ha="right", va="center")
         paper = pd.to_numeric(table[f"{problem}_paper"], errors="coerce")
         ax.plot(paper, positions, "x", color="black", label="paper")
         ax.set_yticks(positions, table["variant"])

@@ -1,0 +1,214 @@
+"""TRJ's bridge-estimate studies (TRJ Figs. 5 and 7/9): violins of one model's probability per proposal type.
+
+A :class:`BBEStudy` runs ``python -m methods.trj.study`` (the Bartolucci bridge estimate of every proposal type,
+refitted per replicate) once per number of draws N into ``<out>/n<N>/``, then compares the estimates with the
+reference: per N and proposal the number of estimates, mean, standard deviation, RMSE against the reference
+probability and acceptance rate, written as ``<name>.csv``, ``.md``, ``.png`` (violins, one panel per N) and
+``index.html``. A folder whose ``bbe_<problem>.csv`` exists is kept (an interrupted study resumes by N) unless
+``force``. The papers give these figures as violins only, so the comparison is with their stated ordering.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from suite.plots import plt, write_figure
+
+
+@dataclass(frozen=True)
+class BBEStudy:
+    """Bridge estimates of P(``model``) on ``problem`` per proposal type and number of draws, against the reference."""
+
+    name: str
+    description: str
+    problem: str
+    proposals: tuple[str, ...]
+    draws: tuple[int, ...]
+    replicates: int
+    repeats: int
+    flow_iterations: int
+    #: The model whose probability is compared (None: the reference's most probable).
+    model: int | None
+    paper_source: str
+    #: What the paper shows, in words (printed beside the measured ordering).
+    paper_claim: str
+    #: Pairs (better, worse) by RMSE that the paper's figure shows, checked at the largest N.
+    paper_order: tuple[tuple[str, str], ...] = ()
+    #: More ``methods.trj.study`` arguments (e.g. how the draws are made).
+    study_arguments: tuple[str, ...] = ()
+
+    def study_argv(self, draws: int, out: Path, replicates: int | None) -> list[str]:
+        """The ``methods.trj.study`` arguments for ``draws`` draws per set."""
+        return [
+            self.problem,
+            "--proposals",
+            ",".join(self.proposals),
+            "--replicates",
+            str(self.replicates if replicates is None else replicates),
+            "--repeats",
+            str(self.repeats),
+            "--draws",
+            str(draws),
+            *(() if self.model is None else ("--model", str(self.model))),
+            "--flow-iterations",
+            str(self.flow_iterations),
+            "--out",
+            str(out / f"n{draws}"),
+            *self.study_arguments,
+        ]
+
+    def csv_of(self, out: Path, draws: int) -> Path:
+        """The per-estimate CSV ``methods.trj.study`` writes for ``draws``."""
+        return out / f"n{draws}" / f"bbe_{self.problem}.csv"
+
+    def rows_of_model(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """The rows of the compared model (``model``, else the one the reference makes most probable)."""
+        model = self.model
+        if model is None:
+            model = int(frame.loc[frame["truth"].idxmax(), "model_index"]) if frame["truth"].notna().any() else 0
+        return frame[frame["model_index"] == model]
+
+    def table(self, out: Path) -> pd.DataFrame:
+        """One row per (N, proposal): estimates, mean, sd, RMSE against the reference, acceptance, fit seconds."""
+        rows = []
+        for draws in self.draws:
+            path = self.csv_of(out, draws)
+            if not path.exists():
+                continue
+            frame = self.rows_of_model(pd.read_csv(path))
+            for proposal, group in frame.groupby("proposal", sort=False):
+                values = group["estimate"].to_numpy(float)
+                values = values[np.isfinite(values)]
+                truth = float(group["truth"].iloc[0]) if group["truth"].notna().any() else math.nan
+                rows.append(
+                    {
+                        "draws": draws,
+                        "proposal": proposal,
+                        "estimates": len(values),
+                        "mean": float(values.mean()) if len(values) else math.nan,
+                        "sd": float(values.std(ddof=1)) if len(values) > 1 else math.nan,
+                        "rmse": float(np.sqrt(np.mean((values - truth) ** 2))) if len(values) else math.nan,
+                        "reference": truth,
+                        "reference_se": float(group["truth_se"].iloc[0]) if group["truth_se"].notna().any() else 0.0,
+                        "acceptance": float(group["acceptance"].mean()),
+                        "fit_seconds": float(group["fit_seconds"].mean()),
+                        "num_train": int(group["num_train"].max()),
+                        "fits": int(group["replicate"].nunique()),
+                    }
+                )
+        return pd.DataFrame(rows)
+
+    def ordering(self, table: pd.DataFrame) -> list[str]:
+        """Each of the paper's (better, worse) pairs at the largest N measured: holds or not, with the RMSEs."""
+        if table.empty:
+            return []
+        last = table[table["draws"] == table["draws"].max()].set_index("proposal")["rmse"]
+        lines = []
+        for better, worse in self.paper_order:
+            if better not in last or worse not in last:
+                continue
+            holds = last[better] < last[worse]
+            verdict = "holds" if holds else "does not hold"
+            lines.append(f"{better} better than {worse}: {verdict} (RMSE {last[better]:.4f} against {last[worse]:.4f})")
+        return lines
+
+    def run(self, out: Path, seeds: int | None = None, force: bool = False) -> int:
+        """Run the bridge-estimate study per N (finished N are kept), write and print the comparison; exit code."""
+        from methods.trj.study import main as bbe_main
+
+        out.mkdir(parents=True, exist_ok=True)
+        print(f"Study {self.name}: {self.description}\nResults in {out}; each N's estimates in {out}/n<N>/")
+        status = 0
+        for draws in self.draws:
+            if self.csv_of(out, draws).exists() and not force:
+                print(f"  N = {draws}: kept ({self.csv_of(out, draws)})")
+                continue
+            argv = self.study_argv(draws, out, seeds)
+            start = time.perf_counter()
+            code = bbe_main(argv)
+            print(f"  N = {draws}: exit {code} in {time.perf_counter() - start:.0f} s")
+            status = max(status, code)
+        table = self.table(out)
+        table.to_csv(out / f"{self.name}.csv", index=False)
+        markdown = format_bbe_table(table)
+        verdicts = self.ordering(table)
+        text = f"# {self.name}\n\n{self.description}\n\nPaper: {self.paper_source}: {self.paper_claim}\n\n{markdown}\n"
+        if verdicts:
+            text += "\nThe paper's ordering at the largest N:\n" + "".join(f"- {line}\n" for line in verdicts)
+        (out / f"{self.name}.md").write_text(text)
+        figure = plot_bbe(self, out, out / f"{self.name}.png")
+        write_bbe_html(self, markdown, verdicts, out, figure)
+        print(f"\n{self.paper_source}: {self.paper_claim}\n{markdown}")
+        for line in verdicts:
+            print(f"  {line}")
+        print(f"\nWrote {out / f'{self.name}.csv'}, {out / f'{self.name}.md'}, {figure} and {out / 'index.html'}")
+        return status
+
+
+def format_bbe_table(table: pd.DataFrame) -> str:
+    """The comparison as Markdown: one row per N and proposal."""
+    lines = [
+        "| N | proposal | estimates (fits) | mean | sd | RMSE | reference | acceptance | fit s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for _, row in table.iterrows():
+        lines.append(
+            f"| {row['draws']:,} | {row['proposal']} | {row['estimates']} ({row['fits']}) | {row['mean']:.4f} | "
+            f"{row['sd']:.4f} | {row['rmse']:.4f} | {row['reference']:.4f} ± {row['reference_se']:.4f} | "
+            f"{row['acceptance']:.3g} | {row['fit_seconds']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def plot_bbe(study: BBEStudy, out: Path, path: Path) -> Path:
+    """Violins of the estimates per proposal, one panel per N, with the reference and its ±2 SE band."""
+    panels = [d for d in study.draws if study.csv_of(out, d).exists()]
+    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(5.5 * max(len(panels), 1), 4.2), squeeze=False)
+    for ax, draws in zip(axes[0], panels, strict=False):
+        frame = study.rows_of_model(pd.read_csv(study.csv_of(out, draws)))
+        names = list(dict.fromkeys(frame["proposal"]))
+        truth, se = frame["truth"].iloc[0], frame["truth_se"].fillna(0).iloc[0]
+        ax.axhspan(truth - 2 * se, truth + 2 * se, color="grey", alpha=0.25)
+        ax.axhline(truth, color="black", lw=1, label="reference ± 2 SE")
+        for pos, name in enumerate(names, start=1):
+            values = frame.loc[frame["proposal"] == name, "estimate"].to_numpy(float)
+            values = values[np.isfinite(values)]
+            if len(values) > 1 and np.ptp(values) > 0:
+                ax.violinplot(values, positions=[pos], widths=0.7, showextrema=False)
+            if len(values):
+                ax.hlines(values.mean(), pos - 0.3, pos + 0.3, color="C3", lw=2)
+        ax.set_xticks(range(1, len(names) + 1), names)
+        ax.set_title(f"N = {draws:,} draws per set", fontsize=10)
+        ax.set_ylabel(f"estimate of P({frame['model'].iloc[0]})")
+        ax.legend(fontsize=8, loc="best")
+    fig.suptitle(f"{study.name}: {study.paper_source}", fontsize=9)
+    return write_figure(fig, path)
+
+
+def write_bbe_html(study: BBEStudy, markdown: str, verdicts: list[str], out: Path, figure: Path) -> Path:
+    """``<out>/index.html``: the description, the table, the paper's claim with the verdicts, the figure."""
+    rows = [line.strip("|").split("|") for line in markdown.splitlines() if not line.startswith("|---")]
+    cells = "".join(
+        "<tr>"
+        + "".join(f"<{'th' if i == 0 else 'td'}>{html.escape(c.strip())}</{'th' if i == 0 else 'td'}>" for c in r)
+        + "</tr>"
+        for i, r in enumerate(rows)
+    )
+    items = "".join(f"<li>{html.escape(v)}</li>" for v in verdicts)
+    page = (
+        f"<!doctype html><meta charset='utf-8'><title>{html.escape(study.name)}</title>"
+        f"<h1>{html.escape(study.name)}</h1><p>{html.escape(study.description)}</p>"
+        f"<p>{html.escape(study.paper_source)}: {html.escape(study.paper_claim)}</p><ul>{items}</ul>"
+        f"<table border=1 cellpadding=4>{cells}</table>"
+        f"<p><img src='{html.escape(figure.name)}' alt='{html.escape(study.name)}'></p>"
+    )
+    path = out / "index.html"
+    path.write_text(page)
+    return path
