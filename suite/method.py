@@ -35,7 +35,10 @@ class Result:
     ``log_density`` is log q(m, theta_m) (needed for cross-entropy); None when
     the method has no density. ``sample_q`` draws afresh from that same
     density (variational methods); with it the suite measures the negative
-    ELBO. ``timings`` maps phase names (setup, train, sample) to seconds; the
+    ELBO. ``conditional_log_density`` is log q(theta_m | m) where the method
+    has it in closed form (flows conditioned on the model); with it the record
+    gets each model's conditional cross-entropy -E_pi[log q(theta_m | m) | m]
+    (VTI Fig. 2, bottom row). ``timings`` maps phase names (setup, train, sample) to seconds; the
     run context's timer (``context.timer.timings``) is merged in by the suite.
     ``metrics_scope="task"`` marks a point estimate (e.g. one graph from an
     optimiser): it is scored only on the problem's own task metrics, never
@@ -48,6 +51,7 @@ class Result:
     draws: Draws | None = None
     log_density: LogDensityFn | None = None
     sample_q: SamplerFn | None = None
+    conditional_log_density: LogDensityFn | None = None
     diagnostics: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     metrics_scope: Literal["all", "task"] = "all"

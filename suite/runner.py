@@ -106,8 +106,37 @@ def negative_elbo(
     return metrics.mean_estimate(torch.cat(gaps))
 
 
-def _model_table(problem: Problem, estimate: ModelProbs | None) -> dict[str, Any] | None:
-    """The most probable models (by truth, else by estimate) with truth, estimate and its error."""
+def per_model_cross_entropy(
+    result: Result, draws: Draws, device: torch.device, dtype: torch.dtype
+) -> dict[Any, tuple[float, float | None, int]]:
+    """Per model m with gold draws: -E_pi[log q(theta_m | m) | m] (VTI Fig. 2), its standard error and draw count.
+
+    Needs the method's ``conditional_log_density``; a model with one gold draw gets no standard error.
+    """
+    assert result.conditional_log_density is not None
+    conditional = Result(log_density=result.conditional_log_density)
+    neg_log_q = -_log_density_on(conditional, draws, device, dtype)
+    rows: dict[Any, list[int]] = {}
+    for row, key in enumerate(model_keys(draws.model_index)):
+        rows.setdefault(key, []).append(row)
+    out: dict[Any, tuple[float, float | None, int]] = {}
+    for key, members in rows.items():
+        values = neg_log_q[members]
+        estimate = metrics.mean_estimate(values) if len(values) > 1 else metrics.Estimate(float(values[0]), None)
+        out[key] = (estimate.value, estimate.se, len(values))
+    return out
+
+
+def _model_table(
+    problem: Problem,
+    estimate: ModelProbs | None,
+    cross_entropy: dict[Any, tuple[float, float | None, int]] | None = None,
+) -> dict[str, Any] | None:
+    """The most probable models (by truth, else by estimate) with truth, estimate and its error.
+
+    With ``cross_entropy`` (:func:`per_model_cross_entropy`) also each model's conditional cross-entropy, its
+    standard error and number of gold draws (None for a model without gold draws).
+    """
     truth = problem.reference_model_probs()
     ranking = truth if truth is not None else estimate
     if ranking is None:
@@ -123,7 +152,7 @@ def _model_table(problem: Problem, estimate: ModelProbs | None) -> dict[str, Any
         table = dict(zip(model_keys(probs.index), values.tolist(), strict=True))
         return [table.get(i, 0.0) for i in shown]
 
-    return {
+    table = {
         "index": [list(i) if isinstance(i, tuple) else i for i in shown],
         "id": [problem.model_space.identifier(i) for i in shown],
         "truth": lookup(truth, None if truth is None else truth.prob),
@@ -131,6 +160,12 @@ def _model_table(problem: Problem, estimate: ModelProbs | None) -> dict[str, Any
         "se": lookup(estimate, None if estimate is None else estimate.se),
         "estimate_total": None if estimate is None else estimate.total(),
     }
+    if cross_entropy is not None:
+        cells = [cross_entropy.get(i) for i in shown]
+        table["cross_entropy"] = [None if c is None else c[0] for c in cells]
+        table["cross_entropy_se"] = [None if c is None else c[1] for c in cells]
+        table["gold_draws"] = [0 if c is None else c[2] for c in cells]
+    return table
 
 
 def _jsonable(value: Any) -> Any:
@@ -242,6 +277,7 @@ def execute(
 
     timer = PhaseTimer(device)
     scores: dict[str, metrics.Estimate] = {}
+    model_cross_entropy = None
     trace = None
     if result.status == "ok":
         try:
@@ -252,6 +288,8 @@ def execute(
                     result.status, result.reason = "failed", NON_FINITE_TARGET
                 else:
                     scores = evaluate(problem, result, draws, device, dtype)
+                    if draws is not None and result.conditional_log_density is not None:
+                        model_cross_entropy = per_model_cross_entropy(result, draws, device, dtype)
             with timer.phase("score_trace"):
                 trace = score_trace(problem, context.snapshots, result.metrics_scope)
         except Exception as exc:
@@ -302,7 +340,7 @@ def execute(
         "metrics": {k: {"value": v.value, "se": v.se} for k, v in scores.items()},
         "trace": trace,
         "counts": _jsonable(context.counts),
-        "model_probs": _model_table(problem, result.model_probs),
+        "model_probs": _model_table(problem, result.model_probs, model_cross_entropy),
         "metrics_scope": result.metrics_scope,
         "plot": None if plot is None else str(plot),
         "draws": saved_draws,

@@ -223,6 +223,7 @@ class _VTIMethod(Method):
             model_probs=model_probs,
             draws=draws,
             log_density=_log_density(problem, flow, chosen.context_of, log_q_model, sampler),
+            conditional_log_density=_log_density(problem, flow, chosen.context_of, None, None),
             diagnostics={
                 "flow": self.flow,
                 "final_loss": chosen.terminal_loss,
@@ -505,9 +506,12 @@ def _log_density(
     flow: CoSMICFlow,
     context_of: Callable[[Tensor], Tensor],
     log_q_model: Tensor | None,
-    sampler: ModelSampler,
+    sampler: ModelSampler | None,
 ) -> Callable[[Tensor, Tensor], Tensor]:
-    """log q(m, theta_m) = log q(m) + log q(theta_m | m) by the flow's inverse (Prop. 2.2)."""
+    """log q(m, theta_m) = log q(m) + log q(theta_m | m) by the flow's inverse (Prop. 2.2).
+
+    With ``sampler`` None (and no ``log_q_model``) it is the conditional log q(theta_m | m) alone.
+    """
 
     def log_density(model_index: Tensor, theta: Tensor) -> Tensor:
         out = []
@@ -516,8 +520,12 @@ def _log_density(
                 m = model_index[start : start + EVAL_CHUNK]
                 mask = problem.mask(m)
                 th = torch.where(mask, theta[start : start + EVAL_CHUNK], 0.0)
+                log_q_theta = flow.log_prob(th, mask, context_of(m))
+                if log_q_model is None and sampler is None:
+                    out.append(log_q_theta)
+                    continue
                 log_qm = log_q_model.to(m.device)[m] if log_q_model is not None else sampler.log_prob(m)
-                out.append(log_qm.to(th.dtype) + flow.log_prob(th, mask, context_of(m)))
+                out.append(log_qm.to(th.dtype) + log_q_theta)
         return torch.cat(out)
 
     return log_density

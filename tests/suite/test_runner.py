@@ -52,3 +52,28 @@ def test_without_a_path_nothing_is_saved_and_a_failed_run_removes_stale_draws(tm
     failed = execute(NaNSas(), ExactWithDensity(), RunContext(seed=1), draws_path=path)
     assert failed["status"] == "failed" and failed["draws"] is None
     assert not path.exists()
+
+
+class ConstantConditional(ExactWithDensity):
+    """sas's exact draws with log q(theta_m | m) = -1.5 (m + 1): per-model cross-entropies 1.5 and 3.0 exactly."""
+
+    name = "constant-conditional"
+
+    def run(self, problem, context):
+        result = super().run(problem, context)
+        result.conditional_log_density = lambda m, theta: -1.5 * (m.to(theta.dtype) + 1.0)
+        return result
+
+
+def test_per_model_cross_entropy_goes_to_the_model_table_aligned_with_its_models() -> None:
+    problem = SinhArcsinh()
+    gold = problem.reference_draws(1000, torch.Generator().manual_seed(5))
+    record = execute(problem, ConstantConditional(), RunContext(seed=0), draws=gold)
+    assert record["status"] == "ok", record["reason"]
+    table = record["model_probs"]
+    counts = torch.bincount(gold.model_index, minlength=2).tolist()
+    by_model = dict(zip(table["index"], zip(table["cross_entropy"], table["gold_draws"], strict=True), strict=True))
+    assert by_model == {0: (1.5, counts[0]), 1: (3.0, counts[1])}
+    assert table["cross_entropy_se"] == [0.0, 0.0]
+    plain = execute(problem, ExactWithDensity(), RunContext(seed=0), draws=gold)["model_probs"]
+    assert "cross_entropy" not in plain  # no conditional density, no column

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch import Tensor
@@ -10,7 +12,7 @@ from methods.vti.training import MAX_BAD_ITERATIONS
 from suite.context import RunContext
 from suite.method import Result
 from suite.registry import make_method, make_problem
-from suite.runner import resolve_and_run
+from suite.runner import per_model_cross_entropy, resolve_and_run
 
 METHODS = ("vti-surrogate", "vti-mcg")
 
@@ -36,6 +38,17 @@ def test_recovers_gaussian_model_probabilities_and_densities(name: str, gaussian
     # Gibbs' inequality up to MC error (sd of the difference ~ 0.005); the gap is KL(pi || q) <= 0.05 here.
     assert cross >= entropy - 0.02
     assert cross - entropy < 0.05
+    # Per model, -E_pi[log q(theta_m | m)] is at least the exact conditional entropy, and close to it.
+    per_model = per_model_cross_entropy(result, draws, torch.device("cpu"), torch.float64)
+    for m in range(4):
+        active = gaussian_models.mask(torch.tensor([m]))[0]
+        exact = float((gaussian_models.sd[m].log() + 0.5 * math.log(2 * math.pi * math.e))[active].sum())
+        value, se, count = per_model[m]
+        assert count == int((draws.model_index == m).sum())
+        assert exact - 4 * (se or 0.0) - 1e-12 <= value < exact + 0.1
+    log_q_model = result.model_probs.dense(4).log()[draws.model_index]
+    joint = result.conditional_log_density(draws.model_index, draws.theta) + log_q_model
+    torch.testing.assert_close(joint, result.log_density(draws.model_index, draws.theta))
     assert len(result.draws) == 2000 and torch.isfinite(result.draws.theta).all()
     assert result.diagnostics["iterations_per_s"] > 0
 
