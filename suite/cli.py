@@ -421,14 +421,16 @@ def _problem_instances(
     """(name, constructor options) of every problem instance to plan: one per data set for problems with several.
 
     A problem whose class lists ``data_sets`` for the profile is planned once per ``data_seed`` in
-    ``range(data_sets[profile])``, unless the user fixed ``data_seed`` with ``--problem-option``.
+    ``first_data_seed + range(data_sets[profile])``, unless the user fixed ``data_seed`` with ``--problem-option``.
     """
     instances = []
     for name in problems:
         options = problem_options.get(name, {})
-        count = problem_class(name).data_sets.get(profile, 0)
+        cls = problem_class(name)
+        count = cls.data_sets.get(profile, 0)
         if count and "data_seed" not in options:
-            instances.extend((name, {**options, "data_seed": seed}) for seed in range(count))
+            seeds = range(cls.first_data_seed, cls.first_data_seed + count)
+            instances.extend((name, {**options, "data_seed": seed}) for seed in seeds)
         else:
             instances.append((name, options))
     return instances

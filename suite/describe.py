@@ -175,7 +175,7 @@ def describe_problem(name: str) -> str:
     if isinstance(problem, Problem):
         reason = problem.unavailable_reason() or reference_store.reference_problem(problem)
         if reason:
-            lines.append(f"Unavailable here: {reason}")
+            lines += textwrap.wrap(f"Unavailable here: {reason}", 120, break_long_words=False, break_on_hyphens=False)
         skipped = [(method, make_method(method).supports(problem)) for method in available_methods()]
         skipped = [(method, why) for method, why in skipped if why]
         if skipped:

@@ -189,9 +189,10 @@ class Problem(ABC):
     #: runs the methods' iteration counts. Only ``quick`` is timed: ``smoke`` must stay seconds, ``paper`` keeps
     #: the papers' iteration counts.
     time_budgets: ClassVar[dict[str, float]] = {"quick": 10.0}
-    #: Data sets ``run_all.py`` plans per profile (``data_seed`` 0..n-1, each its own problem instance); a profile
-    #: not listed plans the one data set of the problem's ``data_seed``.
+    #: Data sets ``run_all.py`` plans per profile (``data_seed`` first_data_seed .. first_data_seed + n - 1, each its
+    #: own problem instance); a profile not listed plans the one data set of the problem's ``data_seed``.
     data_sets: ClassVar[dict[str, int]] = {}
+    first_data_seed: ClassVar[int] = 0
     #: (sweep name, x) when this problem is one point of a sweep reported across problems (``suite.sweeps``).
     sweep: ClassVar[tuple[str, int] | None] = None
 

@@ -276,3 +276,32 @@ def _sweep_profiles(num_covariates: int) -> tuple[str, ...]:
 #: authors' points, so the sweep's x axis is theirs; p = 16 runs in smoke (CI). Named explicitly, every point runs
 #: in any profile (the default quick run leaves them out to stay within its 15-minute budget).
 SWEEP = {p: _register_sweep(p, _sweep_profiles(p)) for p in sorted(AUTHORS_POINTS + EXTRA_POINTS)}
+
+
+class _RobustVSReplicates(RobustVS):
+    """robust-vs over VTI Fig. 2's 10 replicate data sets (data seeds 1000..1009), each judged against RJMCMC.
+
+    The authors' gold standard for Fig. 2 is a vectorised RJMCMC run per data set (spec (d)); the suite makes
+    one per data seed (:mod:`suite.reference.rjmcmc_gold`, quick size: 1,024 chains, ~30 s each here), which
+    ``tdbench study vti-robust-vs`` computes before its runs. Named explicitly only (no profile plans it).
+    """
+
+    reference_settings: ClassVar[dict] = {"evidence": "rjmcmc"}
+    profiles: ClassVar[tuple[str, ...]] = ()
+    data_sets: ClassVar[dict[str, int]] = {"smoke": 1, "quick": 10, "paper": 10}
+    first_data_seed: ClassVar[int] = 1000
+    #: The command that makes the references of every data set (``suite.reference`` makes the default's only).
+    reference_command: ClassVar[str] = "tdbench study vti-robust-vs"
+
+
+#: VTI Fig. 2's two halves: mid and high misspecification, 10 data sets each.
+FIG2 = {
+    level: register_problem_variant(
+        f"robust-vs-fig2-{level}",
+        _RobustVSReplicates,
+        {"misspecification": level},
+        f"robust-vs with {level} misspecification over VTI Fig. 2's 10 data sets (seeds 1000..1009), "
+        "each judged against its own RJMCMC gold standard.",
+    )
+    for level in ("mid", "high")
+}

@@ -448,9 +448,10 @@ def reference_problem(problem: Problem) -> str | None:
 
 def missing_message(problem: Problem) -> str:
     """Why a problem has no stored reference and how to make one: the key, the command and the folders searched."""
+    command = getattr(problem, "reference_command", None) or f"python -m suite.reference {problem.name}"
     return (
         f"no stored reference for {problem.name!r} (key {reference_key(problem)}); generate it with "
-        f"`python -m suite.reference {problem.name}`, or point {ENV_VAR} at a folder holding it "
+        f"`{command}`, or point {ENV_VAR} at a folder holding it "
         f"(searched: {', '.join(map(str, search_path()))})"
     )
 

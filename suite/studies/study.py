@@ -8,6 +8,7 @@ import io
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,10 @@ class Study:
     paper_source: str
     #: Lower is better for ``metric``.
     lower_is_better: bool = True
+    #: Called with the study's folder before any run (e.g. to compute the references the runs are scored on).
+    prepare: Callable[[Path], None] | None = None
+    #: The paper's own figure redrawn from the variants' records: (study, folder) -> the PNG written, or None.
+    figure: Callable[[Study, Path], Path | None] | None = None
 
     def run_argv(self, variant: Variant, out: Path, seeds: int | None, force: bool) -> list[str]:
         """The ``tdbench run`` arguments of one variant."""
@@ -127,7 +132,7 @@ def plot_table(study: Study, table: pd.DataFrame, path: Path) -> Path:
     return write_figure(fig, path)
 
 
-def write_html(study: Study, table: pd.DataFrame, out: Path, figure: Path) -> Path:
+def write_html(study: Study, table: pd.DataFrame, out: Path, figure: Path, extra: Path | None = None) -> Path:
     """``<out>/index.html``: description, table beside the paper's and figure, linking each variant's report."""
     rows = []
     for variant, (_, row) in zip(study.variants, table.iterrows(), strict=True):
@@ -145,6 +150,7 @@ def write_html(study: Study, table: pd.DataFrame, out: Path, figure: Path) -> Pa
         f"{html.escape(study.paper_source)}</p><table border=1 cellpadding=4><tr><th>variant</th>{head}</tr>"
         + "".join(rows)
         + f"</table><p><img src='{html.escape(figure.name)}' alt='{html.escape(study.name)}'></p>"
+        + ("" if extra is None else f"<p><img src='{html.escape(extra.name)}' alt='{html.escape(extra.stem)}'></p>")
     )
     path = out / "index.html"
     path.write_text(page)
@@ -157,6 +163,8 @@ def run_study(study: Study, out: Path, seeds: int | None = None, force: bool = F
 
     out.mkdir(parents=True, exist_ok=True)
     print(f"Study {study.name}: {study.description}\nResults in {out}; each variant's runs in {out}/<variant>/")
+    if study.prepare is not None:
+        study.prepare(out)
     status = 0
     for variant in study.variants:
         argv = study.run_argv(variant, out, seeds, force)
@@ -177,7 +185,9 @@ def run_study(study: Study, out: Path, seeds: int | None = None, force: bool = F
     header = f"# {study.name}\n\n{study.description}\n\nPaper: {study.paper_source}\n\n"
     (out / f"{study.name}.md").write_text(f"{header}{markdown}\n")
     figure = plot_table(study, table, out / f"{study.name}.png")
-    page = write_html(study, table, out, figure)
+    extra = None if study.figure is None else study.figure(study, out)
+    page = write_html(study, table, out, figure, extra)
     print(f"\n{study.metric} (mean ± standard error over seeds) beside {study.paper_source}:\n{markdown}")
-    print(f"\nWrote {out / f'{study.name}.csv'}, {out / f'{study.name}.md'}, {figure} and {page}")
+    figures = f"{figure}, {extra}" if extra is not None else f"{figure}"
+    print(f"\nWrote {out / f'{study.name}.csv'}, {out / f'{study.name}.md'}, {figures} and {page}")
     return status
