@@ -28,7 +28,11 @@ N = 2,000 and 16,000 (flows re-fitted per pair, up to 3,000 flow iterations). Th
 1,000 flow iterations) refit everything per replicate, a cheaper version of both. For problems with a stored
 reference the replicates are random subsets of the same two halves of its draws (5,000 each for block VS and FA;
 larger N is capped, see ``num_train``/``num_eval`` in the CSV), so their spread understates that over independent
-sets, and any error in the stored draws is shared by all replicates.
+sets, and any error in the stored draws is shared by all replicates. ``--fresh-draws`` makes the replicates
+independent: each takes its training and evaluation draws (N each, disjoint) from a reference-engine run of its own
+(the problem's reference settings, seed ``FRESH_SEED_BASE + 1000 seed + r``, and SMC particles as draws where the
+stored reference took them from SMC; ~2 min per replicate on block VS), while the truth stays the stored reference.
+Problems with exact samplers (``sas``) draw afresh anyway.
 
 Runtimes measured on a shared 2-core CPU machine (float64, CPU only), with ``OMP_NUM_THREADS=1``: small flows
 ran many times slower with torch's default two threads on the loaded machine, so set it on small machines.
@@ -41,15 +45,16 @@ replicate for the four ``rq`` flows, ~55 s for the ``ctrj`` flow). ``--running``
 (quick) per affine/standard run on these problems and ~50 s per quick ``rq`` run on block VS.
 
 Run as ``python -m methods.trj.study PROBLEM [--proposals rq,affine,...] [--replicates R] [--repeats P] [--draws N]
-[--model M] [--out DIR] [--seed S] [--flow-iterations I] [--jumps uniform|estimate] [--aux-scale S] [--running
-[--running-seeds S] [--running-budget smoke|quick]]``; ``--repeats`` makes P estimates per fitted proposal from
-fresh proposals (the FA protocol's 100 repetitions per training/evaluation pair).
+[--model M] [--out DIR] [--seed S] [--flow-iterations I] [--jumps uniform|estimate] [--aux-scale S] [--fresh-draws]
+[--running [--running-seeds S] [--running-budget smoke|quick]]``; ``--repeats`` makes P estimates per fitted proposal
+from fresh proposals (the FA protocol's 100 repetitions per training/evaluation pair).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import math
 import sys
@@ -58,6 +63,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import matplotlib
@@ -83,6 +89,8 @@ STUDY_JUMPS = ("uniform", "estimate")
 PRIOR_SCALE_DRAWS = 20_000
 #: Largest model space studied (a transport and bridge cells per model; the trj method's max_models).
 MAX_MODELS = 256
+#: Seeds of the reference-engine runs behind ``--fresh-draws`` start here (the shipped references use seed 0).
+FRESH_SEED_BASE = 1000
 CSV_FIELDS = (
     "proposal",
     "replicate",
@@ -117,6 +125,7 @@ class StudySettings:
     jumps: str = "uniform"
     aux_scale: float | None = None  # None: the prior sd of each coordinate (1 without a prior)
     repeats: int = 1  # BBE estimates per fitted proposal, each from fresh proposals (the paper's FA protocol: 100)
+    fresh_draws: bool = False  # each replicate's draws from its own reference-engine run (see replicate_draws)
 
 
 @dataclass
@@ -304,6 +313,75 @@ def replicate_generator(seed: int, replicate: int, purpose: str) -> torch.Genera
     return torch.Generator().manual_seed(1_000_003 * seed + 16 * replicate + purposes.index(purpose))
 
 
+def fresh_seed(seed: int, replicate: int) -> int:
+    """The seed of replicate ``replicate``'s own reference-engine run under ``--fresh-draws``."""
+    return FRESH_SEED_BASE + 1000 * seed + replicate
+
+
+def draws_from_stored_reference(problem: Problem) -> bool:
+    """Whether the problem's training and evaluation draws are subsets of its stored reference (the default)."""
+    own = type(problem)
+    return (
+        own.training_draws is Problem.training_draws
+        and own.reference_draws is Problem.reference_draws
+        and problem.stored_reference() is not None
+    )
+
+
+def stored_draws_from_smc(problem: Problem) -> bool:
+    """Whether the stored reference took every model's gold draws from SMC particles (none from NUTS)."""
+    reference = problem.stored_reference()
+    per_model = {} if reference is None else (reference.provenance.get("per_model") or {})
+    return bool(per_model) and all(str(d.get("draws_from", "smc")).startswith("smc") for d in per_model.values())
+
+
+def fresh_reference(problem: Problem, num_draws: int, seed: int) -> Any:
+    """An independent reference-engine run: the problem's reference settings, ``seed``, ``num_draws`` gold draws.
+
+    Where the stored reference's draws all came from SMC particles, so do the fresh run's (no NUTS): NUTS can pass
+    its R-hat check by chance with every chain in the same part of a multimodal posterior, as on block VS with
+    seed 1000, whose NUTS draws of models (1,0,1,1) and (1,1,1,1) (R-hat 1.02, 1.03) had 0.66-0.85 of the
+    posterior sd; with NUTS allowed, six such runs gave BBEs of P((1,1,1,1)) 0.012 below its exact value. Returns the
+    :class:`suite.reference.store.Reference` (its halves are disjoint training and evaluation sets).
+    """
+    from suite.reference.cli import settings_for
+    from suite.reference.engine import estimate_reference
+
+    options = SimpleNamespace(particles=None, runs=None, gold_draws=num_draws, seed=seed)
+    settings = settings_for(problem, options)
+    if stored_draws_from_smc(problem):
+        settings = dataclasses.replace(settings, max_nuts_models=0)
+    return estimate_reference(problem, settings, log=lambda *_: None)
+
+
+def replicate_draws(
+    problem: Problem, settings: StudySettings, replicate: int, log: Callable[[str], None] = print
+) -> tuple[Draws | None, Draws | None]:
+    """Training and evaluation draws of one replicate.
+
+    By default random subsets of the stored reference's two halves (``problem.training_draws`` and
+    ``reference_draws``). With ``settings.fresh_draws`` (where the draws would be such subsets) both come from
+    the two halves of an independent reference-engine run with a seed of its own (:func:`fresh_reference`,
+    :func:`fresh_seed`), so replicates share no draws, neither with each other nor with the stored reference.
+    """
+    train_gen = replicate_generator(settings.seed, replicate, "train")
+    eval_gen = replicate_generator(settings.seed, replicate, "eval")
+    if settings.fresh_draws and draws_from_stored_reference(problem):
+        seed = fresh_seed(settings.seed, replicate)
+        started = time.perf_counter()
+        reference = fresh_reference(problem, 2 * settings.draws, seed)
+        probs = ", ".join(f"{p:.4f}" for p in np.asarray(reference.prob)[:8])
+        log(
+            f"replicate {replicate + 1}: fresh reference-engine draws (seed {seed}, "
+            f"{time.perf_counter() - started:.1f} s; its model probabilities {probs})"
+        )
+        return (
+            reference.draws(settings.draws, train_gen, split="train"),
+            reference.draws(settings.draws, eval_gen, split="test"),
+        )
+    return problem.training_draws(settings.draws, train_gen), problem.reference_draws(settings.draws, eval_gen)
+
+
 def usable_proposals(problem: Problem, proposals: Sequence[str], log: Callable[[str], None] = print) -> list[str]:
     """The proposal types that apply to ``problem``; the others are reported through ``log`` and dropped."""
     kept = []
@@ -323,8 +401,7 @@ def run_study(problem: Problem, settings: StudySettings, log: Callable[[str], No
     failed: set[str] = set()
     results: list[ReplicateResult] = []
     for r in range(settings.replicates):
-        train = problem.training_draws(settings.draws, replicate_generator(settings.seed, r, "train"))
-        evaluation = problem.reference_draws(settings.draws, replicate_generator(settings.seed, r, "eval"))
+        train, evaluation = replicate_draws(problem, settings, r, log)
         if train is None or evaluation is None:
             raise ValueError(f"{problem.name} provides no posterior draws to train and evaluate on")
         estimate = training_frequencies(problem, train)
@@ -673,6 +750,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="sd of the standard proposal's new coordinates (default: prior sd per coordinate)",
     )
     parser.add_argument(
+        "--fresh-draws",
+        action="store_true",
+        help="each replicate's training and evaluation draws from its own reference-engine run (independent "
+        "replicates; minutes each) instead of subsets of the stored reference's draws",
+    )
+    parser.add_argument(
         "--running",
         action="store_true",
         help="also run trj/ctrj per proposal type and plot running estimates (Figs. 3-4)",
@@ -762,6 +845,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         jumps=args.jumps,
         aux_scale=args.aux_scale,
         repeats=args.repeats,
+        fresh_draws=args.fresh_draws,
     )
     start = time.perf_counter()
     results = run_study(problem, settings)
