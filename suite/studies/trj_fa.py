@@ -4,6 +4,12 @@ Proposal types as in TRJ sec. 5.2: the standard (Brooks et al. 2003) proposal, L
 proposal, and TRJ through affine maps, per-model rational-quadratic flows (RQMA-NF) and one conditional flow
 (CTRJ). The paper makes 10 training/evaluation pairs x 100 estimates at N = 2,000 and 16,000; this study makes
 ``REPLICATES`` fits x ``REPEATS`` estimates at ``DRAWS`` (see docs/studies.md for the budget and why).
+
+Known limitation (measured 2026-11-27, docs/studies.md): ``methods.trj.study``'s N counts the draws of both models
+together, drawn from the stored reference, so the k = 3 model (posterior probability 0.11) gets about 11% of them
+(~214 at N = 2,000, at most ~550) and its spline flow overfits; the paper's N is per model. Until the study draws N
+per model from fresh reference runs, this comparison is not the paper's and rq comes out behind the standard
+proposal (it is about 3 times better with 2,000 draws per model).
 """
 
 from __future__ import annotations

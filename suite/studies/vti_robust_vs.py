@@ -93,7 +93,7 @@ def plot_fig2(study: Study, out: Path) -> Path | None:
             colour = colours(int(table["data_seed"] or 0) % 10)
             tvs.append(0.5 * float(np.abs(truth - estimate).sum()))
             seen = truth > 0
-            top.scatter(truth[seen], np.maximum(estimate[seen], 1e-12), s=6, color=colour, alpha=0.7)
+            top.scatter(truth[seen], np.maximum(estimate[seen], 1e-6), s=6, color=colour, alpha=0.7)
             cross = np.asarray([math.nan if c is None else c for c in table.get("cross_entropy") or []], dtype=float)
             if len(cross):
                 kept = seen & np.isfinite(cross)
@@ -101,7 +101,7 @@ def plot_fig2(study: Study, out: Path) -> Path | None:
                 if kept.sum() > 2:
                     slopes.append(float(np.polyfit(np.log10(truth[kept]), cross[kept], 1)[0]))
         top.plot([1e-6, 1], [1e-6, 1], color="black", lw=0.8)
-        top.set(xscale="log", yscale="log", xlim=(1e-6, 1), ylim=(1e-12, 1.5))
+        top.set(xscale="log", yscale="log", xlim=(1e-6, 1), ylim=(1e-6, 1.5))
         bottom.set(xscale="log", xlim=(1e-6, 1))
         level = problem.rsplit("-", 1)[-1]
         slope = f", slope {np.mean(slopes):.2f}" if slopes else ""
