@@ -35,3 +35,20 @@ def test_engine_recovers_sas_model_probabilities() -> None:
     assert (draws.theta[~problem.mask(draws.model_index)] == 0).all()
     freq = torch.bincount(draws.model_index, minlength=2).double() / 1000
     assert abs(float(freq[0]) - reference.prob[0]) < 4.5 * np.sqrt(0.25 * 0.75 / 1000)
+
+
+def test_copies_of_a_resampled_draw_stay_in_one_half() -> None:
+    """Gold draws with repeats (resampled SMC particles): a permutation, and no draw in both halves but one group."""
+    from suite.reference.engine import order_keeping_copies_together
+
+    gen = np.random.default_rng(0)
+    distinct = gen.normal(size=(300, 3))
+    copies = gen.integers(0, 300, size=1000)  # every particle repeated a random number of times
+    theta = distinct[copies]
+    model_index = (copies % 2).astype(np.int64)
+    order = order_keeping_copies_together(model_index, theta, torch.Generator().manual_seed(1))
+    assert sorted(order.tolist()) == list(range(1000))
+    test, train = copies[order[:500]], copies[order[500:]]
+    assert len(set(test.tolist()) & set(train.tolist())) <= 1  # only a group the boundary cuts
+    # The groups come in random order, not sorted by value.
+    assert not np.all(np.diff(theta[order][:, 0]) >= 0)
