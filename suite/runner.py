@@ -116,12 +116,10 @@ def per_model_cross_entropy(
     assert result.conditional_log_density is not None
     conditional = Result(log_density=result.conditional_log_density)
     neg_log_q = -_log_density_on(conditional, draws, device, dtype)
-    rows: dict[Any, list[int]] = {}
-    for row, key in enumerate(model_keys(draws.model_index)):
-        rows.setdefault(key, []).append(row)
+    models, group = torch.unique(draws.model_index, dim=0, return_inverse=True)
     out: dict[Any, tuple[float, float | None, int]] = {}
-    for key, members in rows.items():
-        values = neg_log_q[members]
+    for g, key in enumerate(model_keys(models)):  # one pass per model with gold draws, not per draw
+        values = neg_log_q[group == g]
         estimate = metrics.mean_estimate(values) if len(values) > 1 else metrics.Estimate(float(values[0]), None)
         out[key] = (estimate.value, estimate.se, len(values))
     return out

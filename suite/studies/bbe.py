@@ -144,7 +144,7 @@ class BBEStudy:
             text += "\nThe paper's ordering at the largest N:\n" + "".join(f"- {line}\n" for line in verdicts)
         (out / f"{self.name}.md").write_text(text)
         figure = plot_bbe(self, out, out / f"{self.name}.png")
-        write_bbe_html(self, markdown, verdicts, out, figure)
+        write_bbe_html(self, table, verdicts, out, figure)
         print(f"\n{self.paper_source}: {self.paper_claim}\n{markdown}")
         for line in verdicts:
             print(f"  {line}")
@@ -192,21 +192,15 @@ def plot_bbe(study: BBEStudy, out: Path, path: Path) -> Path:
     return write_figure(fig, path)
 
 
-def write_bbe_html(study: BBEStudy, markdown: str, verdicts: list[str], out: Path, figure: Path) -> Path:
+def write_bbe_html(study: BBEStudy, table: pd.DataFrame, verdicts: list[str], out: Path, figure: Path) -> Path:
     """``<out>/index.html``: the description, the table, the paper's claim with the verdicts, the figure."""
-    rows = [line.strip("|").split("|") for line in markdown.splitlines() if not line.startswith("|---")]
-    cells = "".join(
-        "<tr>"
-        + "".join(f"<{'th' if i == 0 else 'td'}>{html.escape(c.strip())}</{'th' if i == 0 else 'td'}>" for c in r)
-        + "</tr>"
-        for i, r in enumerate(rows)
-    )
+    cells = table.to_html(index=False, float_format=lambda x: f"{x:.4g}", border=1) if not table.empty else ""
     items = "".join(f"<li>{html.escape(v)}</li>" for v in verdicts)
     page = (
         f"<!doctype html><meta charset='utf-8'><title>{html.escape(study.name)}</title>"
         f"<h1>{html.escape(study.name)}</h1><p>{html.escape(study.description)}</p>"
         f"<p>{html.escape(study.paper_source)}: {html.escape(study.paper_claim)}</p><ul>{items}</ul>"
-        f"<table border=1 cellpadding=4>{cells}</table>"
+        f"{cells}"
         f"<p><img src='{html.escape(figure.name)}' alt='{html.escape(study.name)}'></p>"
     )
     path = out / "index.html"
