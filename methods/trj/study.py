@@ -32,7 +32,9 @@ sets, and any error in the stored draws is shared by all replicates. ``--fresh-d
 independent: each takes its training and evaluation draws (N each, disjoint) from a reference-engine run of its own
 (the problem's reference settings, seed ``FRESH_SEED_BASE + 1000 seed + r``, and SMC particles as draws where the
 stored reference took them from SMC; ~2 min per replicate on block VS), while the truth stays the stored reference.
-Problems with exact samplers (``sas``) draw afresh anyway.
+Problems with exact samplers (``sas``) draw afresh anyway. ``--draws-per-model`` is TRJ's FA protocol: N counts
+the draws of each model (N training and N evaluation draws per model, so 2N proposals per estimate on two models),
+from per-model NUTS or SMC runs of each replicate's own (:mod:`methods.trj.study_draws`, ~30 s at N = 1,000 on FA).
 
 Runtimes measured on a shared 2-core CPU machine (float64, CPU only), with ``OMP_NUM_THREADS=1``: small flows
 ran many times slower with torch's default two threads on the loaded machine, so set it on small machines.
@@ -46,6 +48,7 @@ replicate for the four ``rq`` flows, ~55 s for the ``ctrj`` flow). ``--running``
 
 Run as ``python -m methods.trj.study PROBLEM [--proposals rq,affine,...] [--replicates R] [--repeats P] [--draws N]
 [--model M] [--out DIR] [--seed S] [--flow-iterations I] [--jumps uniform|estimate] [--aux-scale S] [--fresh-draws]
+[--draws-per-model]
 [--running [--running-seeds S] [--running-budget smoke|quick]]``; ``--repeats`` makes P estimates per fitted proposal
 from fresh proposals (the FA protocol's 100 repetitions per training/evaluation pair).
 """
@@ -78,6 +81,7 @@ from methods.rjmcmc.kernels import ChainState
 from methods.trj.bbe import PairStatistics, bartolucci_model_probs
 from methods.trj.kernels import JumpRecord, saturated_jump, transport_jump
 from methods.trj.sampler import JumpChooser
+from methods.trj.study_draws import per_model_draws
 from methods.trj.transports import AffineTransport
 from suite.plots import save_figure
 from suite.problem import ExactTransport, Problem
@@ -126,6 +130,7 @@ class StudySettings:
     aux_scale: float | None = None  # None: the prior sd of each coordinate (1 without a prior)
     repeats: int = 1  # BBE estimates per fitted proposal, each from fresh proposals (the paper's FA protocol: 100)
     fresh_draws: bool = False  # each replicate's draws from its own reference-engine run (see replicate_draws)
+    draws_per_model: bool = False  # N draws of every model, from runs of their own (methods.trj.study_draws)
 
 
 @dataclass
@@ -363,7 +368,16 @@ def replicate_draws(
     ``reference_draws``). With ``settings.fresh_draws`` (where the draws would be such subsets) both come from
     the two halves of an independent reference-engine run with a seed of its own (:func:`fresh_reference`,
     :func:`fresh_seed`), so replicates share no draws, neither with each other nor with the stored reference.
+    With ``settings.draws_per_model`` N training and N evaluation draws of *every* model come from per-model runs
+    of their own (:func:`methods.trj.study_draws.per_model_draws`, TRJ's FA protocol).
     """
+    if settings.draws_per_model:
+        seed = fresh_seed(settings.seed, replicate)
+        started = time.perf_counter()
+        log(f"replicate {replicate + 1}: {settings.draws} draws per model from runs of their own (seed {seed})")
+        train, evaluation = per_model_draws(problem, settings.draws, seed, log)
+        log(f"replicate {replicate + 1}: per-model draws in {time.perf_counter() - started:.1f} s")
+        return train, evaluation
     train_gen = replicate_generator(settings.seed, replicate, "train")
     eval_gen = replicate_generator(settings.seed, replicate, "eval")
     if settings.fresh_draws and draws_from_stored_reference(problem):
@@ -756,6 +770,12 @@ def build_parser() -> argparse.ArgumentParser:
         "replicates; minutes each) instead of subsets of the stored reference's draws",
     )
     parser.add_argument(
+        "--draws-per-model",
+        action="store_true",
+        help="N counts the draws of each model, not of all together (TRJ's FA protocol): every replicate's N "
+        "training and N evaluation draws of each model come from per-model NUTS or SMC runs of their own",
+    )
+    parser.add_argument(
         "--running",
         action="store_true",
         help="also run trj/ctrj per proposal type and plot running estimates (Figs. 3-4)",
@@ -777,6 +797,8 @@ def _check(problem: Problem, args: argparse.Namespace, parser: argparse.Argument
         parser.error(f"--model must be in 0..{k - 1}")
     if args.replicates < 1 or args.repeats < 1 or args.draws < 2:
         parser.error("--replicates and --repeats must be >= 1 and --draws >= 2")
+    if args.draws_per_model and not problem.has_prior:
+        parser.error(f"--draws-per-model starts SMC from the prior, and {args.problem} has none")
 
 
 def report_study(problem: Problem, results: Sequence[ReplicateResult], settings: StudySettings, out: Path) -> int:
@@ -846,6 +868,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         aux_scale=args.aux_scale,
         repeats=args.repeats,
         fresh_draws=args.fresh_draws,
+        draws_per_model=args.draws_per_model,
     )
     start = time.perf_counter()
     results = run_study(problem, settings)
