@@ -26,6 +26,7 @@ import math
 import time
 from collections.abc import Callable
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -34,6 +35,9 @@ from torch import Tensor
 from methods.rjmcmc.kernels import ChainState, random_walk_move
 from suite.problem import Problem
 from suite.types import Draws
+
+if TYPE_CHECKING:
+    from suite.reference.engine import EngineSettings
 
 #: Fewest NUTS draws per half (training or evaluation) before thinning to N: FA's three-factor chains mix slowly
 #: (min ESS 8-55 in 4 x 300 draws), so short chains are run longer and thinned.
@@ -63,7 +67,12 @@ def even_subset(draws: np.ndarray, count: int) -> np.ndarray:
 
 
 def nuts_halves(
-    problem: Problem, model_index: int, num_draws: int, settings: object, seed: int, min_draws: int = NUTS_MIN_DRAWS
+    problem: Problem,
+    model_index: int,
+    num_draws: int,
+    settings: EngineSettings,
+    seed: int,
+    min_draws: int = NUTS_MIN_DRAWS,
 ) -> tuple[np.ndarray, np.ndarray, str] | None:
     """N training and N evaluation NUTS draws of one model from disjoint chains, or None if R-hat is too large.
 
@@ -73,11 +82,12 @@ def nuts_halves(
     from suite.reference.jax_target import JaxTarget
     from suite.reference.nuts import NUTSSampler
 
-    nuts = settings.nuts  # type: ignore[attr-defined]
+    nuts = settings.nuts
     chains = max(2, nuts.num_chains - nuts.num_chains % 2)
     per_chain = math.ceil(max(num_draws, min_draws) / (chains // 2))
     reference = problem.stored_reference()
     pool = reference.gold_theta[reference.gold_model_index == model_index].astype(np.float64)
+    pool = pool[np.lexsort(pool.T[::-1])]  # starting points independent of the order the draws are stored in
     generator = torch.Generator().manual_seed(seed)
     init = pool[torch.randperm(len(pool), generator=generator)[:chains].numpy()]
     sampler = NUTSSampler(JaxTarget.of(problem), dataclasses.replace(nuts, num_chains=chains, num_samples=per_chain))
@@ -116,7 +126,7 @@ def repeated_fraction(theta: Tensor) -> float:
 
 
 def smc_halves(
-    problem: Problem, model_index: int, num_draws: int, settings: object, seed: int
+    problem: Problem, model_index: int, num_draws: int, settings: EngineSettings, seed: int
 ) -> tuple[np.ndarray, np.ndarray, str]:
     """N training and N evaluation draws of one model from two SMC runs of N particles, rejuvenated."""
     from suite.reference.jax_target import JaxTarget
@@ -124,7 +134,7 @@ def smc_halves(
 
     if not problem.has_prior:
         raise ValueError(f"{problem.name} has no prior to start SMC from; per-model draws need one")
-    smc = dataclasses.replace(settings.smc, num_particles=num_draws, num_runs=2)  # type: ignore[attr-defined]
+    smc = dataclasses.replace(settings.smc, num_particles=num_draws, num_runs=2)
     output = run_smc(JaxTarget.of(problem), np.array([model_index]), None, smc, seed=seed)
     if not output.finished.all():
         raise RuntimeError(f"SMC for model {model_index} did not reach the posterior in {smc.max_steps} steps")

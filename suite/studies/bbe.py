@@ -43,17 +43,27 @@ class BBEStudy:
     paper_order: tuple[tuple[str, str], ...] = ()
     #: More ``methods.trj.study`` arguments (e.g. how the draws are made).
     study_arguments: tuple[str, ...] = ()
+    #: (N, fits, estimates per fit) where an N gets a budget other than ``replicates`` x ``repeats``.
+    budgets: tuple[tuple[int, int, int], ...] = ()
+
+    def budget(self, draws: int) -> tuple[int, int]:
+        """Fits and estimates per fit at ``draws`` draws per set."""
+        for n, fits, repeats in self.budgets:
+            if n == draws:
+                return fits, repeats
+        return self.replicates, self.repeats
 
     def study_argv(self, draws: int, out: Path, replicates: int | None) -> list[str]:
-        """The ``methods.trj.study`` arguments for ``draws`` draws per set."""
+        """The ``methods.trj.study`` arguments for ``draws`` draws per set (``replicates`` overrides the fits)."""
+        fits, repeats = self.budget(draws)
         return [
             self.problem,
             "--proposals",
             ",".join(self.proposals),
             "--replicates",
-            str(self.replicates if replicates is None else replicates),
+            str(fits if replicates is None else replicates),
             "--repeats",
-            str(self.repeats),
+            str(repeats),
             "--draws",
             str(draws),
             *(() if self.model is None else ("--model", str(self.model))),

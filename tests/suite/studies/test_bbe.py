@@ -54,3 +54,15 @@ def test_study_command_refuses_an_unknown_study(capsys) -> None:
         code = exc.code
     assert code == 2
     assert "trj-fa" in capsys.readouterr().err
+
+
+def test_an_n_can_have_a_budget_of_its_own(tmp_path: Path) -> None:
+    import dataclasses
+
+    study = dataclasses.replace(TINY, budgets=((400, 1, 3),))
+    assert study.budget(200) == (2, 2) and study.budget(400) == (1, 3)
+    argv = study.study_argv(400, tmp_path, None)
+    assert argv[argv.index("--replicates") + 1] == "1" and argv[argv.index("--repeats") + 1] == "3"
+    assert study.study_argv(400, tmp_path, 5)[argv.index("--replicates") + 1] == "5"  # --seeds still wins
+    fa = STUDIES["trj-fa"]
+    assert "--draws-per-model" in fa.study_argv(fa.draws[0], tmp_path, None)
