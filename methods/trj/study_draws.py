@@ -59,13 +59,6 @@ def stored_sources(problem: Problem) -> dict[int, str]:
     return sources
 
 
-def even_subset(draws: np.ndarray, count: int) -> np.ndarray:
-    """``count`` evenly spaced rows of ``draws`` (thinning); all of them when there are fewer."""
-    if count >= len(draws):
-        return draws
-    return draws[np.linspace(0, len(draws) - 1, count).round().astype(np.int64)]
-
-
 def nuts_halves(
     problem: Problem,
     model_index: int,
@@ -78,7 +71,7 @@ def nuts_halves(
 
     Each half is at least ``min_draws`` long before it is thinned evenly to N.
     """
-    from suite.reference.engine import MAX_RHAT
+    from suite.reference.engine import MAX_RHAT, even_subset
     from suite.reference.jax_target import JaxTarget
     from suite.reference.nuts import NUTSSampler
 
@@ -105,11 +98,12 @@ def nuts_halves(
 def rejuvenate(problem: Problem, model_index: int, theta: Tensor, generator: torch.Generator) -> tuple[Tensor, float]:
     """``REJUVENATION_STEPS`` random-walk Metropolis steps from every row of ``theta``; the mean acceptance."""
     model = torch.full((len(theta),), model_index, dtype=torch.int64)
-    active = problem.mask(model[:1])[0]
-    dim = int(active.sum())
-    cov = torch.eye(theta.shape[1], dtype=theta.dtype)
-    inner = torch.cov(theta[:, active].T).reshape(dim, dim)
-    cov[active.nonzero()[:, 0, None], active.nonzero()[:, 0]] = inner + 1e-9 * torch.eye(dim, dtype=theta.dtype)
+    active = problem.mask(model[:1])[0].nonzero()[:, 0]
+    dim = len(active)
+    cov = torch.eye(theta.shape[1], dtype=theta.dtype)  # inactive coordinates never move (random_walk_move masks)
+    cov[active[:, None], active] = torch.cov(theta[:, active].T).reshape(dim, dim) + 1e-9 * torch.eye(
+        dim, dtype=theta.dtype
+    )
     chol = REJUVENATION_SCALE * 2.38 / math.sqrt(dim) * torch.linalg.cholesky(cov)
     state = ChainState(model, theta, problem.log_joint(model, theta))
     accepted = 0.0

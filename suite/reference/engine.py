@@ -116,8 +116,10 @@ def _nuts_inits(pool: np.ndarray, chains: int, generator: torch.Generator) -> np
     return pool[pick]
 
 
-def _even_subset(draws: np.ndarray, count: int) -> np.ndarray:
-    """``count`` evenly spaced rows of ``draws`` (thinning)."""
+def even_subset(draws: np.ndarray, count: int) -> np.ndarray:
+    """``count`` evenly spaced rows of ``draws`` (thinning); all of them when there are fewer."""
+    if count >= len(draws):
+        return draws
     positions = np.linspace(0, len(draws) - 1, count).round().astype(np.int64)
     return draws[positions]
 
@@ -276,7 +278,7 @@ def estimate_reference(
         if pool is None:  # only when the bridge changed the probabilities: a model SMC gave no gold draws
             pool = pools[i]
             per_model[problem.model_space.identifier(int(m))]["draws_from"] = "smc"
-        chosen = _even_subset(pool, count) if count <= len(pool) else pool[np.resize(np.arange(len(pool)), count)]
+        chosen = even_subset(pool, count) if count <= len(pool) else pool[np.resize(np.arange(len(pool)), count)]
         gold_index.append(np.full(count, m, dtype=np.int64))
         gold_theta.append(np.where(masks[i], chosen, 0.0))
     gold_index_arr, gold_theta_arr = np.concatenate(gold_index), np.concatenate(gold_theta)

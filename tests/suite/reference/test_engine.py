@@ -52,3 +52,11 @@ def test_copies_of_a_resampled_draw_stay_in_one_half() -> None:
     assert len(set(test.tolist()) & set(train.tolist())) <= 1  # only a group the boundary cuts
     # The groups come in random order, not sorted by value.
     assert not np.all(np.diff(theta[order][:, 0]) >= 0)
+
+
+def test_even_subset_thins_evenly() -> None:
+    from suite.reference.engine import even_subset
+
+    rows = np.arange(10)[:, None]
+    assert even_subset(rows, 4)[:, 0].tolist() == [0, 3, 6, 9]
+    assert len(even_subset(rows, 20)) == 10
