@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from methods.vti.cosmic import CoSMICFlow
@@ -72,7 +71,8 @@ def context_function(problem: Problem, kind: str, dtype: torch.dtype) -> tuple[C
     if kind == "onehot":
         if num_models is None:
             raise ValueError(f"context='onehot' needs an enumerable model space; {problem.name} has none")
-        return (lambda m: F.one_hot(m, num_models).to(dtype)), num_models
+        # The model index itself, which the flow reads as its one-hot code (methods.vti.cosmic, "Contexts").
+        return (lambda m: m), num_models
     return (lambda m: problem.context(m, dtype)), problem.context_dim
 
 
@@ -587,6 +587,12 @@ class VTISurrogate(_VTIMethod):
 
 
 MODEL_DISTRIBUTIONS = ("auto", "categorical", "made")
+#: Step presets of the categorical score-function sampler: (sfe_lr, ig_threshold). ``authors``: their code's values
+#: (every profile); ``large``: ten times the learning rate (times log2 M, as both are) and twenty times the
+#: information-gain cap, chosen on ``conjugate-vs-p8``; on problems it was not tuned on it wins on ``robust-vs`` and
+#: ``sas`` and loses on ``block-vs`` and ``factor-analysis``, so it is an option (docs/methods.md, "VTI's model
+#: distribution"). MADE and MADE+ samplers keep the authors' values under both.
+CATEGORICAL_STEPS: dict[str, tuple[float, float]] = {"authors": (0.1, 5e-3), "large": (1.0, 0.1)}
 
 
 @register_method("vti-mcg")
@@ -600,31 +606,42 @@ class VTIMCG(_VTIMethod):
     binary variables of a space such as the (permutation, edge bits) DAGs;
     ``"auto"`` picks categorical when the space has at most 2^16 models. The
     running-mean control variate (VTI App. D.1) and the information-gain step
-    control by halving (App. D.2-D.3) stabilise it. ``sfe_lr=None`` takes the
-    authors' rate: 0.1, or on DAG spaces their rate by node count (1e-4 for 10
-    nodes, 1e-5 above).
+    control by halving (App. D.2-D.3) stabilise it.
+
+    ``steps`` sets the categorical sampler's learning rate and information-gain cap where ``sfe_lr`` and
+    ``ig_threshold`` are not given: ``"authors"`` (every profile) is their code's 0.1 and 5e-3, ``"large"`` is 1.0
+    and 0.1 (:data:`CATEGORICAL_STEPS`): the authors' steps leave q(m) at TV 0.31 from the exact answer on
+    ``conjugate-vs-p8`` after 60 s, the large ones at 0.04, but the large ones commit early to the wrong model on
+    ``block-vs`` and ``factor-analysis`` (docs/methods.md). MADE and MADE+ samplers take the
+    authors' values under either: ``sfe_lr`` 0.1, or on DAG spaces their rate by node count (1e-4 for 10
+    nodes, 1e-5 above), and ``ig_threshold`` 5e-3.
     """
 
     model_distribution: str = "auto"
     sfe_lr: float | None = None
-    ig_threshold: float = 5e-3
+    ig_threshold: float | None = None
+    steps: str | None = None
     grad_clip: float = 50.0
 
     decay: ClassVar[str] = "multiplicative"
     weight_decay: ClassVar[float] = 1e-7
 
     profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        "smoke": {**SMOKE, "batch_size": 256},
+        "smoke": {**SMOKE, "batch_size": 256, "steps": "authors"},
         # Twice the surrogate's iterations at its batch: the score-function sampler needs steps more than samples
         # per step (README, "MADE vs categorical"); the AdamW of the flow is the fused kernel, so this costs ~30%
         # more than 1,500 iterations at batch 512.
-        "quick": {**QUICK, "batch_size": 256, "num_iterations": 3000},
-        "paper": {**PAPER, "batch_size": 1024},
+        "quick": {**QUICK, "batch_size": 256, "num_iterations": 3000, "steps": "authors"},
+        "paper": {**PAPER, "batch_size": 1024, "steps": "authors"},
     }
 
     def finalise(self, problem: Problem) -> VTIMCG:
         """As the base, plus the model distribution's name."""
         resolved = super().finalise(problem)
+        if self.steps is not None and self.steps not in CATEGORICAL_STEPS:
+            raise ValueError(f"{self.name}: unknown steps {self.steps!r}; valid: {', '.join(CATEGORICAL_STEPS)}")
+        if self.ig_threshold is not None and not self.ig_threshold >= 0:
+            raise ValueError(f"{self.name}: ig_threshold must be non-negative, got {self.ig_threshold}")
         if self.model_distribution not in MODEL_DISTRIBUTIONS:
             raise ValueError(
                 f"{self.name}: unknown model_distribution {self.model_distribution!r}; "
@@ -659,12 +676,16 @@ class VTIMCG(_VTIMethod):
         if reason is not None:
             raise ValueError(f"{self.name} on {problem.name}: {reason}")
         space = problem.model_space
+        categorical = self._distribution(problem) == "categorical"
+        preset_lr, preset_threshold = CATEGORICAL_STEPS[self.steps if categorical and self.steps else "authors"]
         sfe_lr = self.sfe_lr
         if sfe_lr is None:
             num_nodes = getattr(space, "num_nodes", None)
-            sfe_lr = default_sfe_lr(num_nodes) if isinstance(space, DiscreteVectorSpace) and num_nodes else 0.1
-        common = {"device": device, "dtype": dtype, "sfe_lr": sfe_lr, "ig_threshold": self.ig_threshold}
-        if self._distribution(problem) == "categorical":
+            dag = isinstance(space, DiscreteVectorSpace) and num_nodes
+            sfe_lr = default_sfe_lr(num_nodes) if dag else preset_lr
+        threshold = preset_threshold if self.ig_threshold is None else self.ig_threshold
+        common = {"device": device, "dtype": dtype, "sfe_lr": sfe_lr, "ig_threshold": threshold}
+        if categorical:
             return CategoricalSampler(num_models=problem.num_models, log_model_prior=log_prior, **common)
         if not isinstance(space, BinarySpace):
             return MADEPlusSampler(space, log_model_prior_fn=problem.log_model_prior, **common)

@@ -190,3 +190,25 @@ def test_default_made_width_is_twice_the_dimension_up_to_256_coordinates_then_12
     flow = build_flow(FlowSpec.parse("affine(1,1)"), dim, 4)
     (layer,) = [module for module in flow.modules() if hasattr(module, "made")]
     assert layer.made.final_layer.in_features == width
+
+
+@pytest.mark.parametrize("name", [*FLOWS, "sas(3,3)"])
+def test_a_model_index_context_is_its_one_hot_code(name: str) -> None:
+    """Index contexts give the one-hot code's samples, densities and gradients (1e-12: only the batching of the
+    context-only networks differs, one row per distinct model instead of one per draw)."""
+    num_models = CONTEXT
+    flow = random_flow(name)
+    mask, _, z = batch()
+    model_index = torch.randint(num_models, (z.shape[0],), generator=torch.Generator().manual_seed(2))
+    one_hot = torch.nn.functional.one_hot(model_index, num_models).double()
+    outputs = []
+    for context in (one_hot, model_index):
+        flow.zero_grad()
+        theta, log_det = flow.sample(z, mask, context)
+        log_q = flow.log_prob(theta.detach(), mask, context)
+        (theta.sum() + log_det.sum() + log_q.sum()).backward()
+        grads = [p.grad.clone() for p in flow.parameters()]
+        outputs.append((theta, log_det, log_q, grads))
+    (theta_a, det_a, q_a, grads_a), (theta_b, det_b, q_b, grads_b) = outputs
+    for a, b in [(theta_a, theta_b), (det_a, det_b), (q_a, q_b), *zip(grads_a, grads_b, strict=True)]:
+        torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-12)

@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import Tensor
 
+from methods.vti.method import CATEGORICAL_STEPS
 from methods.vti.training import MAX_BAD_ITERATIONS
 from suite.context import RunContext
 from suite.method import Result
@@ -189,6 +190,28 @@ def test_mcg_model_distribution_names_and_support() -> None:
     # MADE needs bits: refused on a categorical space, accepted on robust-vs's binary one.
     assert "binary model space" in make_method("vti-mcg", model_distribution="made").supports(make_problem("sas"))
     assert make_method("vti-mcg", model_distribution="made").supports(make_problem("robust-vs")) is None
+
+
+def test_mcg_step_presets_set_the_categorical_samplers_rate_and_cap() -> None:
+    """Every profile takes the authors' steps, ``steps="large"`` the large ones; explicit values win; MADE keeps the
+    authors' values under either preset."""
+    problem = make_problem("robust-vs")
+    log_prior = problem.log_model_prior(problem.model_space.all_indices())
+
+    def sampler(profile: str, **options):
+        method = make_method("vti-mcg", **options).resolve(problem, profile)
+        return method.make_sampler(problem, log_prior, torch.device("cpu"), torch.float64)
+
+    for profile in ("smoke", "quick", "paper"):
+        assert (sampler(profile).sfe_lr, sampler(profile).ig_threshold) == CATEGORICAL_STEPS["authors"] == (0.1, 5e-3)
+    large = sampler("quick", steps="large")
+    assert (large.sfe_lr, large.ig_threshold) == CATEGORICAL_STEPS["large"]
+    explicit = sampler("quick", steps="large", sfe_lr=0.3, ig_threshold=0.02)
+    assert (explicit.sfe_lr, explicit.ig_threshold) == (0.3, 0.02)
+    made = sampler("quick", model_distribution="made", steps="large")
+    assert (made.sfe_lr, made.ig_threshold) == CATEGORICAL_STEPS["authors"]
+    with pytest.raises(ValueError, match="valid: authors, large"):
+        make_method("vti-mcg", steps="huge").resolve(problem, "quick")
 
 
 def test_mcg_with_made_runs_on_a_binary_space() -> None:
