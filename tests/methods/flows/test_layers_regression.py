@@ -89,7 +89,12 @@ def test_trj_spline_stacks(inputs, name: str, context_dim: int | None, num_layer
         z, log_det = _sandwich_forward(stack, inputs["x"], context)
         _, log_det_inverse = _sandwich_inverse(stack, z, context)
     assert_matches(f"trj/{name}/log_q", std_normal_log_density(z, log_det))
-    assert_matches(f"trj/{name}/log_det_inverse", log_det_inverse.tolist())
+    # The perturbed stack has steep regions where its sequential inverse is ill-conditioned (round trips miss x by
+    # up to 2e-2), so its inverse log-determinant depends on the CPU's rounding: on an AMD EPYC it differs from the
+    # fixture's machine by up to 7.5e-4 relative (2.3e-2 nats). It is held to 2e-3 relative; the forward
+    # log-density above, with the same parameters, is held to 1e-12, which any change of parameterisation breaks.
+    before = torch.tensor(BEFORE[f"trj/{name}/log_det_inverse"], dtype=F64)
+    torch.testing.assert_close(log_det_inverse, before, rtol=2e-3, atol=ATOL)
 
 
 def test_trj_flow_block_and_conditional_flow(inputs) -> None:
