@@ -48,9 +48,26 @@ MAX_ONEHOT_MODELS = 4096
 #: Profile presets shared by both methods (batch sizes differ). ``paper`` is the authors' Affine MAF (5,5) at
 #: their learning rate; ``quick`` trades iterations for a 10x learning rate and a sinh-arcsinh output layer
 #: (which an affine MAF lacks for one-coordinate models such as ``sas``'s first), measured in the README.
-SMOKE: dict[str, Any] = {"flow": "sas(2,2)", "num_iterations": 150, "warmup_iterations": 30, "flow_lr": 1e-2}
-QUICK: dict[str, Any] = {"flow": "sas(3,3)", "num_iterations": 1500, "warmup_iterations": 300, "flow_lr": 1e-2}
-PAPER: dict[str, Any] = {"flow": "affine(5,5)", "num_iterations": 30000, "warmup_iterations": 3000}
+SMOKE: dict[str, Any] = {
+    "flow": "sas(2,2)",
+    "num_iterations": 150,
+    "warmup_iterations": 30,
+    "flow_lr": 1e-2,
+    "balance_models": True,
+}
+QUICK: dict[str, Any] = {
+    "flow": "sas(3,3)",
+    "num_iterations": 1500,
+    "warmup_iterations": 300,
+    "flow_lr": 1e-2,
+    "balance_models": True,
+}
+PAPER: dict[str, Any] = {
+    "flow": "affine(5,5)",
+    "num_iterations": 30000,
+    "warmup_iterations": 3000,
+    "balance_models": False,
+}
 #: Above this saturated dimension a preset ``sas(N,M)`` flow becomes ``affine(N,M)``: on ``dag-mlp`` (549) and
 #: ``dag-mlp-sachs`` (385) the sinh-arcsinh layer's context MLP drove its tail weights toward zero within 25
 #: iterations (at learning rate 1e-2 and at 1e-3, float32 and float64), and the runs diverged.
@@ -61,6 +78,11 @@ EVAL_CHUNK = 4096
 #: draws, made on a generator seeded from the run's seed and the snapshot's number (never the training's).
 SNAPSHOT_MODEL_DRAWS = 2**8
 SNAPSHOT_SEED_STRIDE = 7919
+
+
+def _can_balance(problem: Problem) -> bool:
+    """Whether per-model loss statistics can be tabled: an enumerable space with one-word model indices."""
+    return problem.num_models is not None and problem.model_space.index_width == 1
 
 
 def context_function(problem: Problem, kind: str, dtype: torch.dtype) -> tuple[Callable[[Tensor], Tensor], int]:
@@ -90,6 +112,9 @@ class _VTIMethod(Method):
     context: str = "auto"
     #: Independent trainings per run; the one with the lowest terminal loss is reported (VTI App. F.4).
     replicates: int = 1
+    #: Weigh each sample's flow loss by 1 / its model's running ELBO spread (methods.vti.balance): smoke and quick
+    #: (on enumerable one-word spaces); False is the authors' loop (paper, and every space without a model table).
+    balance_models: bool | None = None
 
     decay: ClassVar[str] = "exponential"
     weight_decay: ClassVar[float] = 0.01
@@ -98,8 +123,12 @@ class _VTIMethod(Method):
 
     def resolve(self, problem: Problem, profile: str) -> _VTIMethod:
         """As :meth:`Method.resolve`; a preset ``sas(N,M)`` flow (none asked for) becomes ``affine(N,M)`` on
-        problems above ``SAS_MAX_DIM`` coordinates (a flow asked for is kept)."""
-        resolved = super().resolve(problem, profile)
+        problems above ``SAS_MAX_DIM`` coordinates (a flow asked for is kept), and a preset ``balance_models``
+        is off where the space has no per-model table."""
+        method = self
+        if self.balance_models is None and not _can_balance(problem):
+            method = dataclasses.replace(self, balance_models=False)
+        resolved = super(_VTIMethod, method).resolve(problem, profile)
         assert isinstance(resolved, _VTIMethod)
         if self.flow is None:
             spec = FlowSpec.parse(resolved.flow)
@@ -122,6 +151,11 @@ class _VTIMethod(Method):
             raise ValueError(f"{self.name}: grad_clip and flow_lr must be positive")
         if int(self.replicates) < 1:
             raise ValueError(f"{self.name}: replicates must be at least 1, got {self.replicates}")
+        if self.balance_models and not _can_balance(problem):
+            raise ValueError(
+                f"{self.name}: balance_models keeps statistics per model, so it needs an enumerable model space "
+                f"with one-word indices; {problem.name} has neither (use balance_models=false)"
+            )
         return self
 
     @abstractmethod
@@ -140,6 +174,7 @@ class _VTIMethod(Method):
             weight_decay=self.weight_decay,
             decay=self.decay,
             warmup_iterations=int(self.warmup_iterations),
+            balance_models=bool(self.balance_models),
         )
 
     def run(self, problem: Problem, context: RunContext) -> Result:
@@ -552,11 +587,17 @@ class VTISurrogate(_VTIMethod):
     max_entropy_gain: float = 0.01
     squish: bool = False
     posterior: str = "mean"
+    #: The surrogate observes ELBO / elbo_scale (the GMM code reference divides by the number of data points).
+    elbo_scale: float = 1.0
+    #: Whether the action distribution carries the model prior, p(m) exp(UCB) (VTI eq. 14: paper); the authors'
+    #: code samples exp(UCB) alone (smoke, quick), so that the warm-up draws every model equally (on gmm-2d the
+    #: prior-shaped warm-up drew k = 1 99% of the time and no other flow was fitted).
+    action_prior: bool | None = None
 
     profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        "smoke": {**SMOKE, "batch_size": 128},
-        "quick": {**QUICK, "batch_size": 256},
-        "paper": {**PAPER, "batch_size": 256},
+        "smoke": {**SMOKE, "batch_size": 128, "action_prior": False},
+        "quick": {**QUICK, "batch_size": 256, "action_prior": False},
+        "paper": {**PAPER, "batch_size": 256, "action_prior": True},
     }
 
     def make_sampler(
@@ -577,6 +618,8 @@ class VTISurrogate(_VTIMethod):
             max_entropy_gain=self.max_entropy_gain,
             squish=self.squish,
             posterior=self.posterior,
+            scale=self.elbo_scale,
+            include_prior=bool(self.action_prior),
         )
 
     def supports(self, problem: Problem) -> str | None:

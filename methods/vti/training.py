@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from methods.vti.balance import ModelLossBalance
 from methods.vti.cosmic import CoSMICFlow
 from methods.vti.model_samplers import ModelSampler
 from suite.problem import Problem
@@ -66,6 +67,8 @@ class TrainSettings:
     restart_period: int = 100
     #: Iterations at the start during which q(m) is frozen at its (prior-shaped) initial state and not updated.
     warmup_iterations: int = 0
+    #: Divide each sample's loss by its model's running ELBO spread (:mod:`methods.vti.balance`); needs M models.
+    balance_models: bool = False
 
 
 def make_optimizer(
@@ -147,6 +150,11 @@ class Trainer:
         self.last_batch: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
         #: Iterations done when :func:`train` returned.
         self.iteration = 0
+        self.balance: ModelLossBalance | None = None
+        if settings.balance_models:
+            if problem.num_models is None or problem.model_space.index_width != 1:
+                raise ValueError("balance_models needs an enumerable model space with single-word model indices")
+            self.balance = ModelLossBalance(problem.num_models, self.device)
 
     def state_dict(self, next_iteration: int) -> dict[str, Any]:
         """Everything needed to continue this optimisation at ``next_iteration`` exactly as if never stopped."""
@@ -162,6 +170,7 @@ class Trainer:
             "trace": {name: list(values) for name, values in self.trace.items()},
             "horizon": self.horizon,
             "schedule_steps": self.schedule_steps,
+            "balance": None if self.balance is None else self.balance.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> int:
@@ -176,6 +185,8 @@ class Trainer:
         self.trace = {name: list(values) for name, values in state["trace"].items()}
         self.horizon = None if state["horizon"] is None else int(state["horizon"])
         self.schedule_steps = int(state["schedule_steps"])
+        if self.balance is not None:
+            self.balance.load_state_dict(state["balance"])
         return int(state["next_iteration"])
 
     def set_horizon(self, horizon: int) -> None:
@@ -231,7 +242,9 @@ class Trainer:
         self.last_batch = (model_index, ell.detach(), log_prior, log_q_model)
         finite = torch.isfinite(ell)
         num_finite = int(finite.sum())
+        weight = None if self.balance is None else self.balance.weights(model_index, ell.detach())
         loss = -torch.where(finite, ell, 0.0).sum() / max(num_finite, 1)
+        trained = loss if weight is None else -torch.where(finite, weight * ell, 0.0).sum() / max(num_finite, 1)
         if 0 < num_finite < s.batch_size:
             # A row whose theta or log-determinant overflowed poisons the whole gradient even with zero weight
             # (0 * inf = NaN in its backward), so the loss is recomputed on the finite rows alone.
@@ -239,6 +252,8 @@ class Trainer:
             m_kept = model_index[keep]
             ell_kept = elbo_terms(self.problem, self.flow, m_kept, z[keep], self.context_of(m_kept), log_prior[keep])
             loss = -ell_kept.sum() / num_finite
+            trained = loss if weight is None else -(weight[keep] * ell_kept).sum() / num_finite
+        # The trace keeps the plain negative ELBO; the balanced loss only steers the flow's gradient.
         loss_value = float(loss.detach())  # one host sync per iteration: the divergence checks need it
         if num_finite == 0 or not math.isfinite(loss_value):
             self._skip(iteration, "no finite ELBO sample")
@@ -247,7 +262,7 @@ class Trainer:
         # flow away from there, as the authors' loop does; only a run of them ends the training. Aborting at the
         # first one ended a 10,000-iteration dag-mlp run at iteration 4,818 (loss 1.2e12 once, 1.6e4 before).
         exploded = loss_value > EXPLODED_LOSS
-        loss.backward()
+        trained.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, s.grad_clip, foreach=True)
         grad_norm_value = float(grad_norm)
         if not math.isfinite(grad_norm_value):

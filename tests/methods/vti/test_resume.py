@@ -73,21 +73,25 @@ def _assert_trace_continues(resumed: RunContext, plain: RunContext | None = None
             assert mine.estimate.elbo == theirs.estimate.elbo
 
 
-@pytest.mark.parametrize(("name", "saves"), [("vti-mcg", 15), ("vti-surrogate", 30)])
+@pytest.mark.parametrize(
+    ("name", "saves", "options"),
+    [("vti-mcg", 15, {}), ("vti-surrogate", 30, {}), ("vti-mcg", 15, {"balance_models": True})],
+)
 def test_an_interrupted_training_resumes_to_the_uninterrupted_result(
-    name: str, saves: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    name: str, saves: int, options: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Flow, optimiser, schedule, sampler state (running baseline, step counters), generators and trace resume."""
-    plain, plain_context = _run(name, None)
+    """Flow, optimiser, schedule, sampler state (running baseline, step counters), loss balance, generators and
+    trace resume."""
+    plain, plain_context = _run(name, None, **options)
     slot = ckpt.CheckpointSlot(tmp_path / "run.pt", every_s=1e-9)  # a save after every iteration
     saved = _interrupt_after(monkeypatch, saves)
     with pytest.raises(_Interrupted):
-        _run(name, slot)
+        _run(name, slot, **options)
     assert saved[-1]["current"][1]["next_iteration"] == saves
     killed_points = [point["iteration"] for point in saved[-1]["context"]["points"]]
     assert killed_points and max(killed_points) <= saves  # the killed attempt had begun the trace
     monkeypatch.undo()
-    resumed, context = _run(name, slot)
+    resumed, context = _run(name, slot, **options)
     _assert_same(resumed, plain)
     _assert_trace_continues(context, plain_context)
     assert [snap.iteration for snap in context.snapshots][: len(killed_points)] == killed_points
