@@ -302,3 +302,29 @@ def _register_sweep(num_covariates: int, profiles: tuple[str, ...] = ("paper",))
 
 #: p = 8 in every profile; p = 12, 16, 20 in the paper profile only (each runs in any profile when named).
 SWEEP = {p: _register_sweep(p, ("smoke", "paper") if p == 8 else ("paper",)) for p in (8, 12, 16, 20)}
+
+
+class _ConjugateVSFig4(_ConjugateVSSweep):
+    """conjugate-vs at one cardinality over several data sets (data seeds 1, 2, ...): VTI Fig. 4 on exact truth.
+
+    Named explicitly only (``tdbench study vti-cardinality`` runs them): every method gets the same minute per data
+    set in the quick profile, so the study compares methods at equal walltime as |M| grows.
+    """
+
+    profiles: ClassVar[tuple[str, ...]] = ()
+    data_sets: ClassVar[dict[str, int]] = {"smoke": 1, "quick": 3, "paper": 10}
+    first_data_seed: ClassVar[int] = 1
+
+
+#: VTI Fig. 4's cardinalities on exact truth (the paper's robust-vs points have no exact answer).
+FIG4 = {
+    p: register_problem_variant(
+        f"conjugate-vs-fig4-p{p}",
+        _ConjugateVSFig4,
+        {"num_covariates": p},
+        f"conjugate-vs with {p} covariates (2^{p} models) over 3 data sets (quick), exact answers: VTI Fig. 4.",
+        num_covariates=p,
+        sweep=("conjugate-vs Fig. 4 (exact reference)", p),
+    )
+    for p in (8, 12, 16, 20)
+}

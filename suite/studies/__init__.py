@@ -14,9 +14,10 @@ from suite.studies.mif_ablations import MIF_ABLATIONS
 from suite.studies.study import Study
 from suite.studies.trj_blockvs import TRJ_BLOCKVS
 from suite.studies.trj_fa import TRJ_FA
+from suite.studies.vti_cardinality import VTI_CARDINALITY
 from suite.studies.vti_robust_vs import VTI_ROBUST_VS
 
 #: Registered studies by name; each has ``name``, ``description`` and ``run(out, seeds, force) -> exit code``.
 STUDIES: dict[str, Study | BBEStudy] = {
-    study.name: study for study in (MIF_ABLATIONS, TRJ_FA, TRJ_BLOCKVS, VTI_ROBUST_VS)
+    study.name: study for study in (MIF_ABLATIONS, TRJ_FA, TRJ_BLOCKVS, VTI_ROBUST_VS, VTI_CARDINALITY)
 }
