@@ -6,7 +6,7 @@ shared flow then learns the other models slowly, and the model sampler commits t
 happens to fit (docs/methods.md, "VTI's model distribution on exact truths"). Dividing each sample's loss by
 its model's running ELBO standard deviation (at least ``floor``) puts every model's gradient on one scale.
 A model's own flow parameters have the same optimum under any positive weight; only the trade-off in shared
-parameters changes. Off by default (``balance_models=False`` is the authors' loop).
+parameters changes. On in the smoke and quick profiles; ``balance_models=False`` (paper) is the authors' loop.
 """
 
 from __future__ import annotations
