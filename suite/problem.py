@@ -33,6 +33,9 @@ class Problem(ABC):
 
     model_space: ModelSpace
     dim_max: int
+    #: Data points in the likelihood, where the problem states it (optional; the VTI surrogate's ``gmm-reference``
+    #: preset divides ELBOs by it, as the GMM code reference does).
+    num_observations: int | None = None
 
     # ------------------------------------------------------------------ contract
     def config(self) -> dict[str, Any]:

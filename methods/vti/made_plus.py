@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 from torch.func import functional_call
 
-from methods.flows.made import MADEPlus
+from methods.flows.made import IncrementalMADE, MADEPlus
 from methods.vti.model_samplers import LOGIT_CLAMP, AutoregressiveSampler, LogPriorFn
 
 
@@ -113,17 +113,29 @@ class MADEPlusSampler(AutoregressiveSampler):
         return log_probs.gather(-1, values[..., None]).squeeze(-1).sum(-1)
 
     @torch.no_grad()
-    def sample(self, num: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
-        """m ~ q_psi by V sequential MADE+ passes (variables in order), with log q(m)."""
+    def sample(
+        self, num: int, generator: torch.Generator | None = None, incremental: bool = True
+    ) -> tuple[Tensor, Tensor]:
+        """m ~ q_psi variable by variable, with log q(m): hidden units filled incrementally (about one MADE+ pass
+        in all, :class:`~methods.flows.made.IncrementalMADE`), or with ``incremental=False`` one pass per
+        variable."""
         values = torch.zeros(num, len(self.cardinalities), dtype=torch.int64, device=self.device)
+        inputs = torch.zeros(num, len(self.cardinalities), dtype=self.dtype, device=self.device)
         log_q = torch.zeros(num, device=self.device, dtype=self.dtype)
+        engine = IncrementalMADE.of_made_plus(self.made, num) if incremental else None
         start = 0
         for v, (k, width) in enumerate(zip(self.cardinalities, self.made.widths, strict=True)):
-            out = self.made.outputs_of(self.made.features(values.to(self.dtype)), slice(start, start + width))
+            rows = slice(start, start + width)
+            if engine is None:
+                out = self.made.outputs_of(self.made.features(inputs), rows)
+            else:
+                clamp = self.made.logit_clamp
+                out = engine.outputs(inputs, v, rows).clamp(-clamp, clamp)
             start += width
             log_p = torch.log_softmax(out if k > 2 else torch.cat([torch.zeros_like(out), out], -1), -1)
             pick = torch.multinomial(log_p.exp(), 1, generator=generator).squeeze(-1)
             values[:, v] = pick
+            inputs[:, v] = pick.to(self.dtype)
             log_q += log_p.gather(-1, pick[:, None]).squeeze(-1)
         return self.space.from_variables(values), log_q
 

@@ -78,6 +78,11 @@ EVAL_CHUNK = 4096
 #: draws, made on a generator seeded from the run's seed and the snapshot's number (never the training's).
 SNAPSHOT_MODEL_DRAWS = 2**8
 SNAPSHOT_SEED_STRIDE = 7919
+#: Running snapshots enumerate q(m) only up to this many models; above it (a MADE on 2^17..2^20 models, where one
+#: enumeration takes seconds to tens of seconds on a CPU and a 60-s run took over 9 minutes of snapshots) they list
+#: q at the distinct models of the latest batch, as on spaces too large to enumerate. The final estimate still
+#: enumerates.
+SNAPSHOT_ENUMERATION_LIMIT = 2**16
 
 
 def _can_balance(problem: Problem) -> bool:
@@ -201,7 +206,8 @@ class _VTIMethod(Method):
             if chosen is not None and not _tail_mean(trainer.trace["loss"]) < chosen.terminal_loss:
                 sampler, elbo, batch = chosen.sampler, (lambda: chosen.elbo), None
             with torch.no_grad():
-                if problem.num_models is not None and sampler.can_enumerate:
+                small = problem.num_models is not None and problem.num_models <= SNAPSHOT_ENUMERATION_LIMIT
+                if small and sampler.can_enumerate:
                     probs, _ = _posterior_model_probs(problem, sampler, trainer.generator)  # draws nothing
                 else:
                     if batch is None:
@@ -566,6 +572,29 @@ def _log_density(
     return log_density
 
 
+#: Named option sets of ``vti-surrogate``. ``gmm-reference``: the GMM code reference's configuration
+#: (``../shared/papers/vti-gmm2d-code-reference.md``): ``SoftmaxSurrogateSampler`` with squished UCB reported as
+#: q (the action distribution), a surrogate with prior variance 1e4, observation variance 10 and coupling 100 that
+#: observes ELBO / N (N: the problem's ``num_observations``), exp(UCB) actions without the model prior, affine MAF
+#: (5,5) at learning rate 1e-3, batch 256, and the authors' plain flow loss. Their flow's zero-initialised last
+#: layers are every flow's start here.
+SURROGATE_PRESETS: dict[str, dict[str, Any]] = {
+    "gmm-reference": {
+        "squish": True,
+        "posterior": "action",
+        "prior_variance": 1e4,
+        "obs_variance": 10.0,
+        "f_coupling": 1e2,
+        "elbo_scale": "num_observations",
+        "action_prior": False,
+        "flow": "affine(5,5)",
+        "flow_lr": 1e-3,
+        "batch_size": 256,
+        "balance_models": False,
+    }
+}
+
+
 @register_method("vti-surrogate")
 @dataclass(frozen=True)
 class VTISurrogate(_VTIMethod):
@@ -593,12 +622,34 @@ class VTISurrogate(_VTIMethod):
     #: code samples exp(UCB) alone (smoke, quick), so that the warm-up draws every model equally (on gmm-2d the
     #: prior-shaped warm-up drew k = 1 99% of the time and no other flow was fitted).
     action_prior: bool | None = None
+    #: A named set of options (:data:`SURROGATE_PRESETS`) that replaces the options left at their defaults and the
+    #: profile's presets; an option given beside it with a value other than its default wins.
+    preset: str | None = None
 
     profiles: ClassVar[dict[str, dict[str, Any]]] = {
         "smoke": {**SMOKE, "batch_size": 128, "action_prior": False},
         "quick": {**QUICK, "batch_size": 256, "action_prior": False},
         "paper": {**PAPER, "batch_size": 256, "action_prior": True},
     }
+
+    def resolve(self, problem: Problem, profile: str) -> _VTIMethod:
+        """As the base, after the ``preset``'s values replace the options left at their defaults."""
+        method = self
+        if self.preset is not None:
+            if self.preset not in SURROGATE_PRESETS:
+                raise ValueError(f"{self.name}: unknown preset {self.preset!r}; valid: {', '.join(SURROGATE_PRESETS)}")
+            values = dict(SURROGATE_PRESETS[self.preset])
+            if values.pop("elbo_scale") == "num_observations":
+                if problem.num_observations is None:
+                    raise ValueError(
+                        f"{self.name}: preset {self.preset!r} divides ELBOs by the number of observations, "
+                        f"which {problem.name} does not state"
+                    )
+                values["elbo_scale"] = float(problem.num_observations)
+            defaults = {field.name: field.default for field in dataclasses.fields(self)}
+            chosen = {key: value for key, value in values.items() if getattr(self, key) == defaults[key]}
+            method = dataclasses.replace(self, **chosen)
+        return super(VTISurrogate, method).resolve(problem, profile)
 
     def make_sampler(
         self, problem: Problem, log_prior: Tensor | None, device: torch.device, dtype: torch.dtype
@@ -630,12 +681,18 @@ class VTISurrogate(_VTIMethod):
 
 
 MODEL_DISTRIBUTIONS = ("auto", "categorical", "made")
-#: Step presets of the categorical score-function sampler: (sfe_lr, ig_threshold). ``authors``: their code's values
-#: (every profile); ``large``: ten times the learning rate (times log2 M, as both are) and twenty times the
-#: information-gain cap, chosen on ``conjugate-vs-p8``; on problems it was not tuned on it wins on ``robust-vs`` and
-#: ``sas`` and loses on ``block-vs`` and ``factor-analysis``, so it is an option (docs/methods.md, "VTI's model
-#: distribution"). MADE and MADE+ samplers keep the authors' values under both.
-CATEGORICAL_STEPS: dict[str, tuple[float, float]] = {"authors": (0.1, 5e-3), "large": (1.0, 0.1)}
+#: Step rules of the categorical score-function sampler: (sfe_lr, ig_threshold) and, for ``natural``, the natural
+#: gradient (:class:`~methods.vti.model_samplers.CategoricalSampler`). ``authors``: their code's values and the
+#: plain gradient (``paper``); ``natural``: the natural gradient at the authors' cap and rate 0.1 without the
+#: log2 M factor (``smoke``, ``quick``); ``large``: the plain gradient at ten times the rate and twenty times the
+#: cap. On ``conjugate-vs-p8`` (60 s) the natural rule takes TV from 0.66 to 0.032; on problems it was not tuned on
+#: it wins on ``robust-vs`` and ties elsewhere, where ``large`` commits early on ``factor-analysis``
+#: (docs/methods.md, "VTI's model distribution"). MADE and MADE+ samplers keep the authors' values under any rule.
+CATEGORICAL_STEPS: dict[str, tuple[float, float]] = {
+    "authors": (0.1, 5e-3),
+    "large": (1.0, 0.1),
+    "natural": (0.1, 5e-3),
+}
 
 
 @register_method("vti-mcg")
@@ -651,12 +708,13 @@ class VTIMCG(_VTIMethod):
     running-mean control variate (VTI App. D.1) and the information-gain step
     control by halving (App. D.2-D.3) stabilise it.
 
-    ``steps`` sets the categorical sampler's learning rate and information-gain cap where ``sfe_lr`` and
-    ``ig_threshold`` are not given: ``"authors"`` (every profile) is their code's 0.1 and 5e-3, ``"large"`` is 1.0
-    and 0.1 (:data:`CATEGORICAL_STEPS`): the authors' steps leave q(m) at TV 0.31 from the exact answer on
-    ``conjugate-vs-p8`` after 60 s, the large ones at 0.04, but the large ones commit early to the wrong model on
-    ``block-vs`` and ``factor-analysis`` (docs/methods.md). MADE and MADE+ samplers take the
-    authors' values under either: ``sfe_lr`` 0.1, or on DAG spaces their rate by node count (1e-4 for 10
+    ``steps`` is the categorical sampler's step rule, with its learning rate and information-gain cap where
+    ``sfe_lr`` and ``ig_threshold`` are not given (:data:`CATEGORICAL_STEPS`): ``"authors"`` (``paper``) is their
+    code's plain score-function gradient at 0.1 x log2 M and 5e-3; ``"natural"`` (``smoke``, ``quick``) the
+    natural gradient (each drawn model's logit moves by its mean centred loss) at 0.1 and 5e-3; ``"large"`` the
+    plain gradient at 1.0 x log2 M and 0.1. After 60 s on ``conjugate-vs-p8`` the authors' rule leaves q(m) at TV
+    0.66 from the exact answer, the natural one at 0.032 (docs/methods.md). MADE and MADE+ samplers take the
+    authors' values under any rule: ``sfe_lr`` 0.1, or on DAG spaces their rate by node count (1e-4 for 10
     nodes, 1e-5 above), and ``ig_threshold`` 5e-3.
     """
 
@@ -670,11 +728,11 @@ class VTIMCG(_VTIMethod):
     weight_decay: ClassVar[float] = 1e-7
 
     profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        "smoke": {**SMOKE, "batch_size": 256, "steps": "authors"},
+        "smoke": {**SMOKE, "batch_size": 256, "steps": "natural"},
         # Twice the surrogate's iterations at its batch: the score-function sampler needs steps more than samples
         # per step (README, "MADE vs categorical"); the AdamW of the flow is the fused kernel, so this costs ~30%
         # more than 1,500 iterations at batch 512.
-        "quick": {**QUICK, "batch_size": 256, "num_iterations": 3000, "steps": "authors"},
+        "quick": {**QUICK, "batch_size": 256, "num_iterations": 3000, "steps": "natural"},
         "paper": {**PAPER, "batch_size": 1024, "steps": "authors"},
     }
 
@@ -729,7 +787,10 @@ class VTIMCG(_VTIMethod):
         threshold = preset_threshold if self.ig_threshold is None else self.ig_threshold
         common = {"device": device, "dtype": dtype, "sfe_lr": sfe_lr, "ig_threshold": threshold}
         if categorical:
-            return CategoricalSampler(num_models=problem.num_models, log_model_prior=log_prior, **common)
+            natural = self.steps == "natural"
+            return CategoricalSampler(
+                num_models=problem.num_models, log_model_prior=log_prior, natural=natural, **common
+            )
         if not isinstance(space, BinarySpace):
             return MADEPlusSampler(space, log_model_prior_fn=problem.log_model_prior, **common)
         return MADEBinarySampler(

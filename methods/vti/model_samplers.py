@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from methods.flows.made import zeroed_made
+from methods.flows.made import IncrementalMADE, zeroed_made
 from suite.model_space import BinarySpace
 from suite.types import ModelProbs
 
@@ -489,8 +489,7 @@ class ScoreFunctionSampler(ModelSampler):
         loss = -ell[keep].to(torch.float64) + log_q.detach().to(torch.float64) - self.prior_log_prob(model_index[keep])
         mean_loss = float(loss.mean())
         baseline = self._baseline(mean_loss)
-        surrogate = ((loss - baseline).to(log_q.dtype) * log_q).mean()
-        grads = torch.autograd.grad(surrogate, params, allow_unused=True, materialize_grads=True)
+        grads = self._gradient(params, model_index[keep], loss - baseline, log_q)
         lr, thr = self.learning_rate(self.num_steps), self.threshold(self.num_steps)
         with torch.no_grad():
             scale, h0, h1 = self._controlled_step(names, params, grads, lr, model_index, log_q_all.detach(), thr)
@@ -504,6 +503,13 @@ class ScoreFunctionSampler(ModelSampler):
             "entropy_change": h1 - h0,
         }
         return self.last_diagnostics
+
+    def _gradient(
+        self, params: tuple[Tensor, ...], model_index: Tensor, centred_loss: Tensor, log_q: Tensor
+    ) -> tuple[Tensor, ...]:
+        """Score-function gradient mean_b[(L_b - baseline) grad log q(m_b)] of every parameter."""
+        surrogate = (centred_loss.to(log_q.dtype) * log_q).mean()
+        return torch.autograd.grad(surrogate, params, allow_unused=True, materialize_grads=True)
 
     def _controlled_step(
         self,
@@ -530,7 +536,15 @@ class ScoreFunctionSampler(ModelSampler):
 
 
 class CategoricalSampler(ScoreFunctionSampler):
-    """q(m) = softmax(psi) with free logits psi in R^M (initially uniform); exact entropy; lr x max(log2 M, 1)."""
+    """q(m) = softmax(psi) with free logits psi in R^M (initially uniform); exact entropy; lr x max(log2 M, 1).
+
+    ``natural=True`` replaces the score-function gradient by a batch estimate of the natural gradient (the
+    gradient preconditioned by the inverse Fisher information of the softmax): the step on logit k is the mean
+    centred loss of the batch's samples of model k, and 0 for models the batch did not draw. Its expectation is
+    P(k drawn) (L_k - baseline), where the plain gradient's is q_k (L_k - E_q L): a model's logit moves at a rate
+    that does not shrink with q_k, and a step of size 1 moves every drawn logit to log p(m) + ELBO_m (plus a
+    constant), the optimum of q. The learning rate is then not multiplied by log2 M.
+    """
 
     def __init__(
         self,
@@ -543,6 +557,7 @@ class CategoricalSampler(ScoreFunctionSampler):
         sfe_lr: float = 1e-1,
         ig_threshold: float = 5e-3,
         baseline_decay: float = 0.9,
+        natural: bool = False,
     ) -> None:
         super().__init__(
             num_models,
@@ -554,11 +569,24 @@ class CategoricalSampler(ScoreFunctionSampler):
             ig_threshold=ig_threshold,
             baseline_decay=baseline_decay,
         )
+        self.natural = natural
         self.logits = nn.Parameter(torch.zeros(num_models, device=self.device, dtype=dtype))
 
     def lr_multiplier(self) -> float:
-        """max(log2 M, 1), as in the authors' code."""
-        return max(math.log2(self.num_models), 1.0)
+        """max(log2 M, 1), as in the authors' code; 1 for the natural gradient."""
+        return 1.0 if self.natural else max(math.log2(self.num_models), 1.0)
+
+    def _gradient(
+        self, params: tuple[Tensor, ...], model_index: Tensor, centred_loss: Tensor, log_q: Tensor
+    ) -> tuple[Tensor, ...]:
+        """The score-function gradient, or with ``natural`` each drawn model's mean centred loss."""
+        if not self.natural:
+            return super()._gradient(params, model_index, centred_loss, log_q)
+        logits = self.logits
+        total = torch.zeros(self.num_models, dtype=torch.float64, device=logits.device)
+        total.index_add_(0, model_index, centred_loss.to(torch.float64))
+        count = torch.bincount(model_index, minlength=self.num_models).to(torch.float64)
+        return (torch.where(count > 0, total / count.clamp(min=1.0), 0.0).to(logits.dtype),)
 
     def _log_q(self, model_index: Tensor, params: dict[str, Tensor] | None = None) -> Tensor:
         logits = self.logits if params is None else params["logits"]
@@ -664,12 +692,19 @@ class MADEBinarySampler(AutoregressiveSampler):
         return torch.where(bits, F.logsigmoid(logits), F.logsigmoid(-logits)).sum(-1)
 
     @torch.no_grad()
-    def sample(self, num: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
-        """m ~ q_psi by L sequential MADE passes, with log q(m)."""
+    def sample(
+        self, num: int, generator: torch.Generator | None = None, incremental: bool = True
+    ) -> tuple[Tensor, Tensor]:
+        """m ~ q_psi bit by bit, with log q(m): hidden units filled incrementally (about one MADE pass in all,
+        :class:`~methods.flows.made.IncrementalMADE`), or with ``incremental=False`` one full pass per bit."""
         bits = torch.zeros(num, self.num_bits, device=self.device, dtype=self.dtype)
         log_q = torch.zeros(num, device=self.device, dtype=self.dtype)
+        engine = IncrementalMADE.of_nflows(self.made, num) if incremental else None
         for i in range(self.num_bits):
-            logit = self(bits)[:, i]
+            if engine is None:
+                logit = self(bits)[:, i]
+            else:
+                logit = engine.outputs(bits, i, slice(i, i + 1)).squeeze(-1).clamp(-LOGIT_CLAMP, LOGIT_CLAMP)
             bit = torch.bernoulli(torch.sigmoid(logit), generator=generator)
             bits[:, i] = bit
             log_q += torch.where(bit > 0, F.logsigmoid(logit), F.logsigmoid(-logit))

@@ -232,6 +232,7 @@ class GaussianMixture2D(Problem):
             "data_seed": data_seed,
         }
         self.max_components = max_components
+        self.num_observations = num_observations
         self.true_k = true_components
         self.noise_sd = noise_sd
         self.complexity_penalty = complexity_penalty

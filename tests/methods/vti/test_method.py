@@ -193,8 +193,8 @@ def test_mcg_model_distribution_names_and_support() -> None:
 
 
 def test_mcg_step_presets_set_the_categorical_samplers_rate_and_cap() -> None:
-    """Every profile takes the authors' steps, ``steps="large"`` the large ones; explicit values win; MADE keeps the
-    authors' values under either preset."""
+    """smoke and quick take the natural gradient, paper the authors' steps, ``steps="large"`` the large ones;
+    explicit values win; MADE keeps the authors' values under any rule."""
     problem = make_problem("robust-vs")
     log_prior = problem.log_model_prior(problem.model_space.all_indices())
 
@@ -202,16 +202,44 @@ def test_mcg_step_presets_set_the_categorical_samplers_rate_and_cap() -> None:
         method = make_method("vti-mcg", **options).resolve(problem, profile)
         return method.make_sampler(problem, log_prior, torch.device("cpu"), torch.float64)
 
-    for profile in ("smoke", "quick", "paper"):
-        assert (sampler(profile).sfe_lr, sampler(profile).ig_threshold) == CATEGORICAL_STEPS["authors"] == (0.1, 5e-3)
+    paper = sampler("paper")
+    assert (paper.sfe_lr, paper.ig_threshold, paper.natural) == (*CATEGORICAL_STEPS["authors"], False)
+    assert CATEGORICAL_STEPS["authors"] == (0.1, 5e-3)
+    for profile in ("smoke", "quick"):
+        natural = sampler(profile)
+        assert (natural.sfe_lr, natural.ig_threshold, natural.natural) == (*CATEGORICAL_STEPS["natural"], True)
+        assert natural.lr_multiplier() == 1.0 and paper.lr_multiplier() == 7.0  # 128 models: log2 M = 7
     large = sampler("quick", steps="large")
     assert (large.sfe_lr, large.ig_threshold) == CATEGORICAL_STEPS["large"]
     explicit = sampler("quick", steps="large", sfe_lr=0.3, ig_threshold=0.02)
     assert (explicit.sfe_lr, explicit.ig_threshold) == (0.3, 0.02)
-    made = sampler("quick", model_distribution="made", steps="large")
-    assert (made.sfe_lr, made.ig_threshold) == CATEGORICAL_STEPS["authors"]
-    with pytest.raises(ValueError, match="valid: authors, large"):
+    for rule in ("large", "natural"):
+        made = sampler("quick", model_distribution="made", steps=rule)
+        assert (made.sfe_lr, made.ig_threshold) == CATEGORICAL_STEPS["authors"]
+    with pytest.raises(ValueError, match="valid: authors, large, natural"):
         make_method("vti-mcg", steps="huge").resolve(problem, "quick")
+
+
+def test_surrogate_gmm_reference_preset() -> None:
+    """The preset replaces defaults and profile values (ELBO / N with N from the problem); a non-default option
+    given beside it wins; a problem without N and an unknown preset are refused."""
+    problem = make_problem("gmm-2d")
+    method = make_method("vti-surrogate", preset="gmm-reference").resolve(problem, "quick")
+    assert (method.squish, method.posterior, method.action_prior, method.balance_models) == (
+        True,
+        "action",
+        False,
+        False,
+    )
+    assert (method.flow, method.flow_lr, method.batch_size) == ("affine(5,5)", 1e-3, 256)
+    assert (method.prior_variance, method.obs_variance, method.f_coupling) == (1e4, 10.0, 100.0)
+    assert method.elbo_scale == float(problem.num_observations) == 150.0
+    mine = make_method("vti-surrogate", preset="gmm-reference", obs_variance=3.0, flow="sas(2,2)")
+    assert (mine.resolve(problem, "paper").obs_variance, mine.resolve(problem, "paper").flow) == (3.0, "sas(2,2)")
+    with pytest.raises(ValueError, match="does not state"):
+        make_method("vti-surrogate", preset="gmm-reference").resolve(make_problem("robust-vs"), "quick")
+    with pytest.raises(ValueError, match="valid: gmm-reference"):
+        make_method("vti-surrogate", preset="gmm").resolve(problem, "quick")
 
 
 def test_mcg_with_made_runs_on_a_binary_space() -> None:

@@ -40,6 +40,22 @@ def test_snapshots_on_sas_end_at_the_returned_model_probabilities(name: str) -> 
         assert snap.estimate.elbo is not None and math.isfinite(snap.estimate.elbo)
 
 
+def test_snapshots_above_the_enumeration_limit_list_the_batch_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above SNAPSHOT_ENUMERATION_LIMIT models (2^16; lowered to 64 here for robust-vs's 128) a running snapshot lists
+    q at the latest batch's distinct models instead of enumerating the space; the final estimate still enumerates."""
+    import methods.vti.method as vti_method
+
+    monkeypatch.setattr(vti_method, "SNAPSHOT_ENUMERATION_LIMIT", 64)
+    problem = make_problem("robust-vs")
+    context = RunContext(seed=0, profile="smoke", num_draws=256)
+    result = resolve_and_run(make_method("vti-mcg", batch_size=32), problem, context)
+    assert result.status == "ok", result.reason
+    running = [s.estimate.model_probs for s in context.snapshots[:-1]]
+    assert running and all(probs.index.numel() <= 32 for probs in running)
+    assert all(0.0 < probs.total() <= 1.0 + 1e-12 for probs in running)
+    assert context.snapshots[-1].estimate.model_probs.index.numel() == 128
+
+
 @pytest.mark.parametrize("name", METHODS)
 def test_a_time_budget_stops_the_run_and_its_counts_replay_it_bitwise(name: str) -> None:
     """Generous bounds only: the exact stopping accuracy belongs in a benchmark, not a timed unit test."""
