@@ -54,6 +54,8 @@ class Study:
     prepare: Callable[[Path], None] | None = None
     #: The paper's own figure redrawn from the variants' records: (study, folder) -> the PNG written, or None.
     figure: Callable[[Study, Path], Path | None] | None = None
+    #: More of the records in Markdown, printed and written after the main table: (study, folder) -> text.
+    details: Callable[[Study, Path], str] | None = None
 
     def run_argv(self, variant: Variant, out: Path, seeds: int | None, force: bool) -> list[str]:
         """The ``tdbench run`` arguments of one variant."""
@@ -183,11 +185,12 @@ def run_study(study: Study, out: Path, seeds: int | None = None, force: bool = F
     table.to_csv(out / f"{study.name}.csv", index=False)
     markdown = format_table(study, table)
     header = f"# {study.name}\n\n{study.description}\n\nPaper: {study.paper_source}\n\n"
-    (out / f"{study.name}.md").write_text(f"{header}{markdown}\n")
+    details = "" if study.details is None else f"\n{study.details(study, out)}\n"
+    (out / f"{study.name}.md").write_text(f"{header}{markdown}\n{details}")
     figure = plot_table(study, table, out / f"{study.name}.png")
     extra = None if study.figure is None else study.figure(study, out)
     page = write_html(study, table, out, figure, extra)
-    print(f"\n{study.metric} (mean ± standard error over seeds) beside {study.paper_source}:\n{markdown}")
+    print(f"\n{study.metric} (mean ± standard error over seeds) beside {study.paper_source}:\n{markdown}{details}")
     figures = f"{figure}, {extra}" if extra is not None else f"{figure}"
     print(f"\nWrote {out / f'{study.name}.csv'}, {out / f'{study.name}.md'}, {figures} and {page}")
     return status

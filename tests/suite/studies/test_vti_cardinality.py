@@ -6,7 +6,7 @@ from suite.records import load_records
 from suite.registry import make_problem
 from suite.studies import STUDIES
 from suite.studies.study import Study, Variant, run_study
-from suite.studies.vti_cardinality import PROBLEMS, plot_cardinality
+from suite.studies.vti_cardinality import PROBLEMS, cardinality_details, plot_cardinality
 
 TINY = Study(
     name="tiny-fig4",
@@ -24,6 +24,7 @@ TINY = Study(
     run_arguments=("--profile", "smoke", "--seeds", "1", "--no-progress", "--jobs", "1"),
     paper_source="VTI Fig. 4",
     figure=plot_cardinality,
+    details=cardinality_details,
 )
 
 
@@ -45,4 +46,9 @@ def test_a_tiny_cardinality_study_writes_its_table_and_figure(tmp_path: Path) ->
     assert all(r["status"] == "ok" and r["diagnostics"].get("iterations") == 20 for r in made), made
     assert all("kl_joint" in r["metrics"] and "model_prob_kl" in r["metrics"] for r in made)
     assert (tmp_path / "fig4.png").stat().st_size > 0
-    assert "MADE (vti-mcg)" in (tmp_path / "tiny-fig4.md").read_text()
+    text = (tmp_path / "tiny-fig4.md").read_text()
+    assert "MADE (vti-mcg)" in text
+    # The details table: per |M| TV / KL / joint KL / iterations; VTI's 20 iterations at 2^8 and 2^12, none above.
+    row = next(line for line in text.splitlines() if line.startswith("| MADE (vti-mcg) |") and " / " in line)
+    cells = [cell.strip() for cell in row.strip("|").split("|")][1:]
+    assert [cell.split(" / ")[-1] for cell in cells] == ["20", "20", "-", "-"]
