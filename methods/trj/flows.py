@@ -77,7 +77,7 @@ class _SplineLayer(MADEConditioner):
     def __init__(self, features: int, hidden: int, context_dim: int | None) -> None:
         super().__init__(features, hidden, context_dim, NUM_BLOCKS, 3 * NUM_BINS + 1)
         with torch.no_grad():
-            self.made.final_layer.bias.view(features, self.multiplier)[:, 2 * NUM_BINS :] = DERIVATIVE_AT_IDENTITY
+            self.net.final_bias.view(features, self.multiplier)[:, 2 * NUM_BINS :] = DERIVATIVE_AT_IDENTITY
 
     def forward(self, x: Tensor, context: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """One conditioner pass: y and log |det dy/dx| ``[B]``."""

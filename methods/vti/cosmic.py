@@ -152,6 +152,7 @@ class _MADELayer(MADEConditioner, CoSMICLayer):
     The conditioner (:class:`~methods.flows.made.MADEConditioner`) adds a zero-initialised
     linear map of the context to the MADE outputs, so that the first left-aligned
     coordinate, whose MADE outputs are a bare bias, still gets a model-specific transform.
+    It reads an int64 model-index context as a row lookup itself (:class:`~methods.flows.made.PackedMADE`).
     """
 
     autoregressive = True
@@ -161,8 +162,6 @@ class _MADELayer(MADEConditioner, CoSMICLayer):
         act = {"relu": F.relu, "leaky_relu": F.leaky_relu}[activation]
         super().__init__(dim, hidden, context_dim, num_blocks, self.multiplier, act)
         self.dim = dim
-        for layer in [self.made.context_layer, self.context_out, *(block.context_layer for block in self.made.blocks)]:
-            reads_model_index(layer)
 
     def _forward_map(self, x: Tensor, params: Tensor, active: Tensor) -> tuple[Tensor, Tensor]:
         """Elementwise map x -> y and log dy/dx per coordinate (masked entries may be anything)."""

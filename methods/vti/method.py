@@ -290,6 +290,8 @@ class _VTIMethod(Method):
             "dtype": context.dtype_name,
             "time_budget_s": context.time_budget_s,
             "replay": context.replay,
+            # Checkpoints of the per-tensor optimiser and nflows-layout MADEs (before issue 32's packing) differ.
+            "state_format": 2,
         }
         # Plain JSON values, so that the checkpoint stays loadable with weights_only=True (suite.checkpoints).
         return json.loads(json.dumps(identity, sort_keys=True, default=str))

@@ -161,17 +161,18 @@ def adam_step_mean_square(optimizer: torch.optim.Optimizer) -> float:
         lr = float(group["lr"])
         eps = float(group["eps"])
         steps = torch.stack([torch.as_tensor(s["step"]) for s in states]).tolist()  # one sync, not one per parameter
-        exp_avgs = [s["exp_avg"] for s in states]
-        # step_p = (lr / bias1) m / (sqrt(v) / sqrt(bias2) + eps): one foreach kernel per stage, not one per parameter.
-        denom = torch._foreach_sqrt([s["exp_avg_sq"] for s in states])
-        torch._foreach_mul_(denom, [1.0 / math.sqrt(1.0 - beta2**t) for t in steps])
-        torch._foreach_add_(denom, eps)
-        torch._foreach_reciprocal_(denom)
-        torch._foreach_mul_(denom, exp_avgs)
-        norms = torch.stack(torch._foreach_norm(denom)).to(torch.float64)
-        coeff = torch.tensor([(lr / (1.0 - beta1**t)) ** 2 for t in steps], dtype=torch.float64, device=norms.device)
-        total += float((coeff * norms.square()).sum())
-        count += sum(m.numel() for m in exp_avgs)
+        by_step: dict[float, list[dict[str, Tensor]]] = {}
+        for state, t in zip(states, steps, strict=True):
+            by_step.setdefault(t, []).append(state)
+        # step_p = (lr / bias1) m / (sqrt(v) / sqrt(bias2) + eps) over all entries of a step count at once (all of
+        # them, in practice): on a CPU a loop over the parameter tensors (the foreach kernels there) cost more.
+        for t, same in by_step.items():
+            exp_avg = torch.cat([s["exp_avg"].reshape(-1) for s in same])
+            denom = torch.cat([s["exp_avg_sq"].reshape(-1) for s in same]).sqrt_()
+            denom.mul_(1.0 / math.sqrt(1.0 - beta2**t)).add_(eps)
+            step = exp_avg.div_(denom).to(torch.float64)
+            total += (lr / (1.0 - beta1**t)) ** 2 * float(torch.dot(step, step))
+            count += step.numel()
     return total / count if count else 0.0
 
 

@@ -44,7 +44,7 @@ def test_conditioner_starts_at_zero_and_is_autoregressive() -> None:
 
 def test_conditioner_without_context_has_no_shortcut() -> None:
     made = MADEConditioner(features=3, hidden=8, context_dim=None, num_blocks=1, multiplier=2)
-    assert made.context_out is None
+    assert not made.has_context
     assert made.conditioner(torch.randn(5, 3), None).shape == (5, 3, 2)
 
 
@@ -104,3 +104,49 @@ def test_incremental_made_refuses_a_context() -> None:
     made = zeroed_made(3, 8, 2, 2, 1)
     with pytest.raises(ValueError, match="without context"):
         IncrementalMADE.of_nflows(made, 4)
+
+
+@pytest.mark.parametrize("context_kind", ["float", "index", "none"])
+def test_packed_made_is_nflows_made_plus_shortcut(context_kind: str) -> None:
+    """PackedMADE computes nflows' residual MADE plus the context shortcut, and the same parameter gradients
+    (1e-12 in float64: only summation orders differ); masked weight entries get zero gradient."""
+    from nflows.transforms.made import MADE
+
+    from methods.flows.made import PackedMADE
+
+    torch.manual_seed(3)
+    features, hidden, blocks, multiplier, num_contexts = 4, 12, 3, 2, 6
+    context_dim = None if context_kind == "none" else num_contexts
+    made = MADE(features, hidden, context_dim, blocks, multiplier, activation=torch.nn.functional.leaky_relu).double()
+    shortcut = None if context_dim is None else torch.nn.Linear(num_contexts, features * multiplier, bias=False)
+    if shortcut is not None:
+        shortcut.double()
+    _perturbed(made, 4)
+    packed = PackedMADE(made, shortcut)
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(9, features, generator=g, dtype=F64)
+    index = torch.randint(num_contexts, (9,), generator=g)
+    context = {
+        "float": torch.randn(9, num_contexts, generator=g, dtype=F64),
+        "index": index,
+        "none": None,
+    }[context_kind]
+    one_hot = torch.eye(num_contexts, dtype=F64)[index]
+    dense = None if context is None else (context if context_kind == "float" else one_hot)
+    expected = made(x, dense) + (0.0 if shortcut is None else shortcut(dense))
+    got = packed(x, context)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+    weights = torch.randn(expected.shape, generator=g, dtype=F64)
+    (expected * weights).sum().backward()
+    (got * weights).sum().backward()
+    torch.testing.assert_close(packed.initial_weight.grad, made.initial_layer.weight.grad * made.initial_layer.mask)
+    torch.testing.assert_close(packed.final_bias.grad, made.final_layer.bias.grad, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(
+        packed.block_weights.grad[2], made.blocks[1].linear_layers[0].weight.grad, rtol=1e-12, atol=1e-12
+    )
+    assert torch.equal(packed.block_weights[1], made.blocks[0].linear_layers[1].weight)  # the values taken over
+    if context_kind != "none":
+        h = hidden
+        block_map = made.blocks[0].context_layer.weight.grad
+        torch.testing.assert_close(packed.context_weight.grad[:, h : 2 * h].t(), block_map, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(packed.context_weight.grad[:, -features * multiplier :].t(), shortcut.weight.grad)

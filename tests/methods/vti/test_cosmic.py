@@ -9,17 +9,22 @@ import torch
 
 from methods.vti.cosmic import CoSMICAffineMAF, CoSMICSplineMAF, partial_reverse_index, strict_left_order
 from methods.vti.flows import FlowSpec, build_flow
+from tests.methods.flows.nflows_layout import old_layout
 
 FLOWS = ["diag", "affine(2,2)", "spline(2,2)", "sas"]
 DIM, CONTEXT = 4, 3
 
 
 def random_flow(name: str, dim: int = DIM, scale: float = 0.05, seed: int = 0) -> torch.nn.Module:
-    """A flow of type ``name`` with every parameter perturbed away from the identity initialisation."""
+    """A flow of type ``name`` with every parameter perturbed away from the identity initialisation.
+
+    Perturbed tensor by tensor in nflows' layout (:mod:`tests.methods.flows.nflows_layout`), so that these are the
+    flows the tests were tuned on before the MADEs were packed.
+    """
     torch.manual_seed(seed)
     flow = build_flow(FlowSpec.parse(name), dim, CONTEXT).double()
     with torch.no_grad():
-        for p in flow.parameters():
+        for p in old_layout(flow, with_buffers=False):
             p.add_(scale * torch.randn_like(p))
     return flow
 
@@ -188,8 +193,8 @@ def test_unknown_flow_names_list_the_valid_ones(name: str) -> None:
 def test_default_made_width_is_twice_the_dimension_up_to_256_coordinates_then_128(dim: int, width: int) -> None:
     """ub2(2 d_max) up to 256 coordinates; above, the authors' DAG width 128 (wider diverged on dag-mlp-sachs)."""
     flow = build_flow(FlowSpec.parse("affine(1,1)"), dim, 4)
-    (layer,) = [module for module in flow.modules() if hasattr(module, "made")]
-    assert layer.made.final_layer.in_features == width
+    (layer,) = [module for module in flow.modules() if hasattr(module, "net")]
+    assert layer.net.final_weight.shape[1] == width
 
 
 @pytest.mark.parametrize("name", [*FLOWS, "sas(3,3)"])
