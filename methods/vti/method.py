@@ -34,7 +34,7 @@ from methods.vti.cosmic import CoSMICFlow
 from methods.vti.flows import FlowSpec, build_flow
 from methods.vti.made_plus import DiscreteVectorSpace, MADEPlusSampler, default_sfe_lr
 from methods.vti.model_samplers import CategoricalSampler, MADEBinarySampler, ModelSampler, SurrogateSampler
-from methods.vti.training import EXPLODED_LOSS, DivergenceError, RunLink, Trainer, TrainSettings, train
+from methods.vti.training import EXPLODED_LOSS, DivergenceError, RunLink, Trainer, TrainSettings, elbo_terms, train
 from suite.context import BudgetTooSmall, RunContext, RunningEstimate
 from suite.method import Method, Result
 from suite.model_space import BinarySpace
@@ -85,6 +85,18 @@ SNAPSHOT_SEED_STRIDE = 7919
 SNAPSHOT_ENUMERATION_LIMIT = 2**16
 
 
+#: Choices of the ``model_probs`` option.
+MODEL_PROBS = ("sampler", "importance")
+#: model_probs="importance": flow draws per model, and the largest model space it enumerates.
+IMPORTANCE_DRAWS = 256
+IMPORTANCE_MODEL_LIMIT = 2**12
+
+
+def _can_weigh_models(problem: Problem) -> bool:
+    """Whether model_probs="importance" applies: an enumerable one-word space of at most IMPORTANCE_MODEL_LIMIT."""
+    return _can_balance(problem) and int(problem.num_models) <= IMPORTANCE_MODEL_LIMIT
+
+
 def _can_balance(problem: Problem) -> bool:
     """Whether per-model loss statistics can be tabled: an enumerable space with one-word model indices."""
     return problem.num_models is not None and problem.model_space.index_width == 1
@@ -120,6 +132,11 @@ class _VTIMethod(Method):
     #: Weigh each sample's flow loss by 1 / its model's running ELBO spread (methods.vti.balance): smoke and quick
     #: (on enumerable one-word spaces); False is the authors' loop (paper, and every space without a model table).
     balance_models: bool | None = None
+    #: The reported q(m): "sampler" (the model sampler's, as the authors report it) or "importance" (q(m) from
+    #: per-model importance-sampling evidence estimates with the trained flow as proposal; see
+    #: :func:`_importance_model_probs`), on enumerable spaces of at most IMPORTANCE_MODEL_LIMIT models. None: the
+    #: profile's (``vti-mcg`` smoke and quick: "importance" where it applies), else "sampler".
+    model_probs: str | None = None
 
     decay: ClassVar[str] = "exponential"
     weight_decay: ClassVar[float] = 0.01
@@ -133,6 +150,8 @@ class _VTIMethod(Method):
         method = self
         if self.balance_models is None and not _can_balance(problem):
             method = dataclasses.replace(self, balance_models=False)
+        if self.model_probs is None and not _can_weigh_models(problem):
+            method = dataclasses.replace(method, model_probs="sampler")
         resolved = super(_VTIMethod, method).resolve(problem, profile)
         assert isinstance(resolved, _VTIMethod)
         if self.flow is None:
@@ -143,6 +162,8 @@ class _VTIMethod(Method):
 
     def finalise(self, problem: Problem) -> _VTIMethod:
         """Check the resolved options before any work (ValueError naming the valid choices)."""
+        if self.model_probs is None:  # no profile preset: the authors' report
+            return dataclasses.replace(self, model_probs="sampler").finalise(problem)
         FlowSpec.parse(self.flow)  # raises with the valid names
         for key in ("num_iterations", "batch_size"):
             value = getattr(self, key)
@@ -156,6 +177,14 @@ class _VTIMethod(Method):
             raise ValueError(f"{self.name}: grad_clip and flow_lr must be positive")
         if int(self.replicates) < 1:
             raise ValueError(f"{self.name}: replicates must be at least 1, got {self.replicates}")
+        if self.model_probs not in MODEL_PROBS:
+            raise ValueError(f"{self.name}: unknown model_probs {self.model_probs!r}; valid: {', '.join(MODEL_PROBS)}")
+        if self.model_probs == "importance" and not _can_weigh_models(problem):
+            raise ValueError(
+                f"{self.name}: model_probs=importance draws from every model, so it needs an enumerable space of at "
+                f"most {IMPORTANCE_MODEL_LIMIT} models with one-word indices; {problem.name} has "
+                f"{problem.num_models or 'unboundedly many'} (use model_probs=sampler)"
+            )
         if self.balance_models and not _can_balance(problem):
             raise ValueError(
                 f"{self.name}: balance_models keeps statistics per model, so it needs an enumerable model space "
@@ -245,7 +274,13 @@ class _VTIMethod(Method):
             return Result.failed(reason, diagnostics={"iteration": progress.last_failure_iteration})
         flow, sampler, trace, generator = chosen.flow, chosen.sampler, chosen.trace, chosen.generator
         with context.timer.phase("sample"), torch.no_grad():
-            model_probs, log_q_model = _posterior_model_probs(problem, sampler, generator)
+            if self.model_probs == "importance":
+                weighed = _importance_model_probs(problem, flow, chosen.context_of, generator, dtype)
+                if weighed is None:
+                    return Result.failed("model_probs=importance: no model has a finite evidence estimate")
+                model_probs, log_q_model = weighed
+            else:
+                model_probs, log_q_model = _posterior_model_probs(problem, sampler, generator)
             draws = _draw(problem, flow, sampler, chosen.context_of, log_q_model, context.num_draws, generator, dtype)
         flow.eval()
         context.snapshot(progress.iterations_done, lambda: RunningEstimate(model_probs, chosen.elbo))
@@ -512,6 +547,46 @@ def _posterior_model_probs(
     return _listed_model_probs(sampler, model_index), None
 
 
+def _importance_model_probs(
+    problem: Problem,
+    flow: CoSMICFlow,
+    context_of: Callable[[Tensor], Tensor],
+    generator: torch.Generator,
+    dtype: torch.dtype,
+    num_draws: int = IMPORTANCE_DRAWS,
+) -> tuple[ModelProbs, Tensor] | None:
+    """q(m) proportional to p(m) Z_m, with Z_m = mean_s exp(ell_s) over ``num_draws`` draws theta_s ~ q(theta | m).
+
+    ell = log p(D, theta | m) - log q(theta | m) is the training's per-sample ELBO term; its mean is the ELBO, a
+    lower bound of log Z_m short by KL(q(theta | m) || p(theta | m, D)), and that gap differs between models, so
+    q(m) proportional to p(m) exp(ELBO_m) (what the samplers converge to) carries it. The log-mean-exp is the
+    importance-sampling estimate of log Z_m with the flow as proposal, biased by only O(1 / num_draws) (its
+    variance over log Z_m). Models whose draws are all non-finite get q = 0; None when no model has a finite one.
+    """
+    device = _flow_device(flow)
+    models = problem.model_space.all_indices(device)
+    log_prior = problem.log_model_prior(models).to(torch.float64)
+    per_chunk = max(EVAL_CHUNK // num_draws, 1)
+    log_evidence = []
+    for start in range(0, models.shape[0], per_chunk):
+        chunk = models[start : start + per_chunk]
+        m = chunk.repeat_interleave(num_draws, dim=0)
+        z = torch.randn(m.shape[0], problem.dim_max, generator=generator, device=device, dtype=dtype)
+        ell = elbo_terms(problem, flow, m, z, context_of(m), problem.log_model_prior(m).to(dtype))
+        ell = torch.nan_to_num(ell.to(torch.float64), nan=-math.inf, posinf=-math.inf).view(-1, num_draws)
+        log_evidence.append(torch.logsumexp(ell, dim=1) - math.log(num_draws))
+    log_joint_m = log_prior.to(device) + torch.cat(log_evidence)
+    if not bool(torch.isfinite(log_joint_m).any()):
+        return None
+    log_q = (log_joint_m - torch.logsumexp(log_joint_m, 0)).cpu()
+    return ModelProbs.from_dense(log_q.exp()), log_q
+
+
+def _flow_device(flow: CoSMICFlow) -> torch.device:
+    """The device of the flow's parameters."""
+    return next(flow.parameters()).device
+
+
 def _listed_model_probs(sampler: ModelSampler, model_index: Tensor) -> ModelProbs:
     """Exact q(m) at the distinct models of ``model_index`` (draws of q)."""
     distinct = torch.unique(model_index, dim=0)
@@ -730,11 +805,11 @@ class VTIMCG(_VTIMethod):
     weight_decay: ClassVar[float] = 1e-7
 
     profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        "smoke": {**SMOKE, "batch_size": 256, "steps": "natural"},
+        "smoke": {**SMOKE, "batch_size": 256, "steps": "natural", "model_probs": "importance"},
         # Twice the surrogate's iterations at its batch: the score-function sampler needs steps more than samples
         # per step (README, "MADE vs categorical"); the AdamW of the flow is the fused kernel, so this costs ~30%
         # more than 1,500 iterations at batch 512.
-        "quick": {**QUICK, "batch_size": 256, "num_iterations": 3000, "steps": "natural"},
+        "quick": {**QUICK, "batch_size": 256, "num_iterations": 3000, "steps": "natural", "model_probs": "importance"},
         "paper": {**PAPER, "batch_size": 1024, "steps": "authors"},
     }
 

@@ -293,3 +293,62 @@ def test_vti_mcg_runs_made_plus_on_a_multi_word_dag_space() -> None:
     assert set(metrics) >= {"edge_f1", "shd", "brier", "auroc", "expected_shd"}
     log_q = result.log_density(result.draws.model_index, result.draws.theta)
     assert bool(torch.isfinite(log_q).all())
+
+
+class _GaussianFlow(torch.nn.Module):
+    """theta = mu_m + sd_m z on a model's active coordinates (a stand-in flow with a known density)."""
+
+    def __init__(self, mu: Tensor, sd: Tensor) -> None:
+        super().__init__()
+        self.mu, self.log_sd = torch.nn.Parameter(mu.clone()), torch.nn.Parameter(sd.log())
+
+    def sample(self, z: Tensor, mask: Tensor, context: Tensor) -> tuple[Tensor, Tensor]:
+        theta = torch.where(mask, self.mu[context] + self.log_sd[context].exp() * z, z)
+        return theta, torch.where(mask, self.log_sd[context], 0.0).sum(-1)
+
+
+def test_importance_model_probs_are_exact_with_the_exact_flow_and_beat_the_elbo_with_a_wrong_one(
+    gaussian_models,
+) -> None:
+    """With q(theta | m) the exact conditional every weight is Z_m, so q(m) is exact to rounding; with a shifted,
+    widened flow the estimate stays within its Monte Carlo error (4,096 draws; the weights' relative variance is
+    at most 1.138^2 - 1 = 0.29 (two coordinates), so each Z_m has a relative SE below 0.009; TV measured 0.003,
+    tolerance 0.02) and beats exp(ELBO_m), whose gaps KL(q || p) differ between models (TV 0.038)."""
+    from methods.vti.method import _importance_model_probs
+    from methods.vti.training import elbo_terms
+
+    truth = torch.tensor(gaussian_models.WEIGHTS, dtype=torch.float64)
+    mu, sd = gaussian_models.mu, gaussian_models.sd
+    exact = _GaussianFlow(mu, sd)
+    probs, log_q = _importance_model_probs(
+        gaussian_models, exact, lambda m: m, torch.Generator().manual_seed(0), torch.float64, num_draws=8
+    )
+    torch.testing.assert_close(log_q.exp(), truth, rtol=1e-10, atol=1e-12)
+    wrong = _GaussianFlow(mu + 0.3 * sd, 1.3 * sd)
+    with torch.no_grad():
+        probs, log_q = _importance_model_probs(
+            gaussian_models, wrong, lambda m: m, torch.Generator().manual_seed(1), torch.float64, num_draws=4096
+        )
+        models = torch.arange(4).repeat_interleave(4096)
+        z = torch.randn(models.shape[0], 2, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+        prior = gaussian_models.log_model_prior(models)
+        elbo = elbo_terms(gaussian_models, wrong, models, z, models, prior).view(4, -1).mean(1)
+    by_elbo = torch.softmax(elbo + gaussian_models.log_model_prior(torch.arange(4)), 0)
+    importance_tv = 0.5 * float((log_q.exp() - truth).abs().sum())
+    elbo_tv = 0.5 * float((by_elbo - truth).abs().sum())
+    assert importance_tv < 0.02
+    assert elbo_tv > 2 * importance_tv
+
+
+def test_model_probs_defaults_and_refusals() -> None:
+    """vti-mcg reports importance-weighted q(m) in smoke and quick where the space allows, else the sampler's;
+    asking for it on 2^16 models, or for an unknown report, is refused before any work."""
+    small, large = make_problem("robust-vs"), make_problem("robust-vs-p16")
+    assert make_method("vti-mcg").resolve(small, "quick").model_probs == "importance"
+    assert make_method("vti-mcg").resolve(small, "paper").model_probs == "sampler"
+    assert make_method("vti-mcg").resolve(large, "quick").model_probs == "sampler"
+    assert make_method("vti-surrogate").resolve(small, "quick").model_probs == "sampler"
+    with pytest.raises(ValueError, match="at most 4096 models"):
+        make_method("vti-mcg", model_probs="importance").resolve(large, "quick")
+    with pytest.raises(ValueError, match="valid: sampler, importance"):
+        make_method("vti-mcg", model_probs="bogus").resolve(small, "quick")
