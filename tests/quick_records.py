@@ -1,6 +1,6 @@
 """The records of a real default run, shipped with the tests (``tests/fixtures/quick_records.json.gz``).
 
-They are the 119 records of ``tdbench run`` at commit 3afc8b1 (2 CPU cores, 2026-11-28), with their problem facts;
+They are the 119 records of ``tdbench run`` at commit 28b55de (2 CPU cores, 2026-11-28), with their problem facts;
 ``results/`` itself is not in git. Regenerate after a default run with ``python -m tests.quick_records results/quick``.
 """
 

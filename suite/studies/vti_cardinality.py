@@ -111,7 +111,8 @@ VTI_CARDINALITY = Study(
     ),
     problems=PROBLEMS,
     variants=(
-        Variant("MADE (vti-mcg)", "vti-mcg", {"model_distribution": "made"}),
+        # The MADE sampler's own q(m), as Fig. 4 reports it (not the importance-weighted q of smaller quick runs).
+        Variant("MADE (vti-mcg)", "vti-mcg", {"model_distribution": "made", "model_probs": "sampler"}),
         Variant("RJMCMC (rjmcmc-baseline)", "rjmcmc-baseline", {}),
     ),
     metric="model_prob_tv",

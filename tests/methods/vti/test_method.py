@@ -320,13 +320,13 @@ def test_importance_model_probs_are_exact_with_the_exact_flow_and_beat_the_elbo_
     truth = torch.tensor(gaussian_models.WEIGHTS, dtype=torch.float64)
     mu, sd = gaussian_models.mu, gaussian_models.sd
     exact = _GaussianFlow(mu, sd)
-    probs, log_q = _importance_model_probs(
+    _, log_q = _importance_model_probs(
         gaussian_models, exact, lambda m: m, torch.Generator().manual_seed(0), torch.float64, num_draws=8
     )
     torch.testing.assert_close(log_q.exp(), truth, rtol=1e-10, atol=1e-12)
     wrong = _GaussianFlow(mu + 0.3 * sd, 1.3 * sd)
     with torch.no_grad():
-        probs, log_q = _importance_model_probs(
+        _, log_q = _importance_model_probs(
             gaussian_models, wrong, lambda m: m, torch.Generator().manual_seed(1), torch.float64, num_draws=4096
         )
         models = torch.arange(4).repeat_interleave(4096)

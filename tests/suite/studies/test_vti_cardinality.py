@@ -1,37 +1,34 @@
 """VTI Fig. 4 study on exact truth: its problems and variants, and a tiny run with its table and figure."""
 
+import dataclasses
 from pathlib import Path
 
 from suite.records import load_records
 from suite.registry import make_problem
 from suite.studies import STUDIES
-from suite.studies.study import Study, Variant, run_study
-from suite.studies.vti_cardinality import PROBLEMS, cardinality_details, plot_cardinality
+from suite.studies.study import run_study
+from suite.studies.vti_cardinality import PROBLEMS, VTI_CARDINALITY
 
-TINY = Study(
+MADE = VTI_CARDINALITY.variants[0]
+#: The study itself on 2^8 and 2^12 models, with a few smoke iterations.
+TINY = dataclasses.replace(
+    VTI_CARDINALITY,
     name="tiny-fig4",
-    description="MADE vti-mcg and RJMCMC on 2^8 and 2^12 exact models, a few iterations",
     problems=PROBLEMS[:2],
     variants=(
-        Variant(
-            "MADE (vti-mcg)",
-            "vti-mcg",
-            {"model_distribution": "made", "num_iterations": 20, "warmup_iterations": 5, "batch_size": 32},
+        dataclasses.replace(
+            MADE, options={**MADE.options, "num_iterations": 20, "warmup_iterations": 5, "batch_size": 32}
         ),
-        Variant("RJMCMC (rjmcmc-baseline)", "rjmcmc-baseline", {}),
+        VTI_CARDINALITY.variants[1],
     ),
-    metric="model_prob_tv",
     run_arguments=("--profile", "smoke", "--seeds", "1", "--no-progress", "--jobs", "1"),
-    paper_source="VTI Fig. 4",
-    figure=plot_cardinality,
-    details=cardinality_details,
 )
 
 
 def test_the_study_runs_the_made_sampler_and_rjmcmc_on_four_cardinalities_of_exact_problems() -> None:
     study = STUDIES["vti-cardinality"]
     assert [v.method for v in study.variants] == ["vti-mcg", "rjmcmc-baseline"]
-    assert study.variants[0].options == {"model_distribution": "made"}
+    assert study.variants[0].options == {"model_distribution": "made", "model_probs": "sampler"}
     sizes = [make_problem(name).num_models for name in study.problems]
     assert sizes == [2**8, 2**12, 2**16, 2**20]
     problem = make_problem(study.problems[0])
