@@ -764,12 +764,17 @@ MODEL_DISTRIBUTIONS = ("auto", "categorical", "made")
 #: log2 M factor (``smoke``, ``quick``); ``large``: the plain gradient at ten times the rate and twenty times the
 #: cap. On ``conjugate-vs-p8`` (60 s) the natural rule takes TV from 0.66 to 0.032; on problems it was not tuned on
 #: it wins on ``robust-vs`` and ties elsewhere, where ``large`` commits early on ``factor-analysis``
-#: (docs/methods.md, "VTI's model distribution"). MADE and MADE+ samplers keep the authors' values under any rule.
+#: (docs/methods.md, "VTI's model distribution"). MADE and MADE+ samplers keep the authors' values under any rule
+#: (the binary MADE's cap aside: :data:`MADE_WIDE_CAP`).
 CATEGORICAL_STEPS: dict[str, tuple[float, float]] = {
     "authors": (0.1, 5e-3),
     "large": (1.0, 0.1),
     "natural": (0.1, 5e-3),
 }
+#: The binary MADE's information-gain cap in ``smoke`` and ``quick`` (``paper``: the authors' 5e-3). At 5e-3 the
+#: cap halves nearly every step (to 1/32-1/64 of the SGD step after 1,100 iterations on 2^16 models), so q(m)
+#: moves only as fast as the cap lets it; measured in docs/methods.md ("The MADE's information-gain cap").
+MADE_WIDE_CAP: dict[str, float] = {"made_ig_threshold": 0.05}
 
 
 @register_method("vti-mcg")
@@ -792,24 +797,33 @@ class VTIMCG(_VTIMethod):
     plain gradient at 1.0 x log2 M and 0.1. After 60 s on ``conjugate-vs-p8`` the authors' rule leaves q(m) at TV
     0.66 from the exact answer, the natural one at 0.032 (docs/methods.md). MADE and MADE+ samplers take the
     authors' values under any rule: ``sfe_lr`` 0.1, or on DAG spaces their rate by node count (1e-4 for 10
-    nodes, 1e-5 above), and ``ig_threshold`` 5e-3.
+    nodes, 1e-5 above), and ``ig_threshold`` 5e-3; except that the binary MADE takes ``made_ig_threshold`` as its
+    cap where it is set and ``ig_threshold`` is not (:data:`MADE_WIDE_CAP` in ``smoke`` and ``quick``).
     """
 
     model_distribution: str = "auto"
     sfe_lr: float | None = None
     ig_threshold: float | None = None
     steps: str | None = None
+    made_ig_threshold: float | None = None
     grad_clip: float = 50.0
 
     decay: ClassVar[str] = "multiplicative"
     weight_decay: ClassVar[float] = 1e-7
 
     profiles: ClassVar[dict[str, dict[str, Any]]] = {
-        "smoke": {**SMOKE, "batch_size": 256, "steps": "natural", "model_probs": "importance"},
+        "smoke": {**SMOKE, "batch_size": 256, "steps": "natural", "model_probs": "importance", **MADE_WIDE_CAP},
         # Twice the surrogate's iterations at its batch: the score-function sampler needs steps more than samples
         # per step (README, "MADE vs categorical"); the AdamW of the flow is the fused kernel, so this costs ~30%
         # more than 1,500 iterations at batch 512.
-        "quick": {**QUICK, "batch_size": 256, "num_iterations": 3000, "steps": "natural", "model_probs": "importance"},
+        "quick": {
+            **QUICK,
+            "batch_size": 256,
+            "num_iterations": 3000,
+            "steps": "natural",
+            "model_probs": "importance",
+            **MADE_WIDE_CAP,
+        },
         "paper": {**PAPER, "batch_size": 1024, "steps": "authors"},
     }
 
@@ -818,8 +832,10 @@ class VTIMCG(_VTIMethod):
         resolved = super().finalise(problem)
         if self.steps is not None and self.steps not in CATEGORICAL_STEPS:
             raise ValueError(f"{self.name}: unknown steps {self.steps!r}; valid: {', '.join(CATEGORICAL_STEPS)}")
-        if self.ig_threshold is not None and not self.ig_threshold >= 0:
-            raise ValueError(f"{self.name}: ig_threshold must be non-negative, got {self.ig_threshold}")
+        for name in ("ig_threshold", "made_ig_threshold"):
+            value = getattr(self, name)
+            if value is not None and not value >= 0:
+                raise ValueError(f"{self.name}: {name} must be non-negative, got {value}")
         if self.model_distribution not in MODEL_DISTRIBUTIONS:
             raise ValueError(
                 f"{self.name}: unknown model_distribution {self.model_distribution!r}; "
@@ -862,6 +878,9 @@ class VTIMCG(_VTIMethod):
             dag = isinstance(space, DiscreteVectorSpace) and num_nodes
             sfe_lr = default_sfe_lr(num_nodes) if dag else preset_lr
         threshold = preset_threshold if self.ig_threshold is None else self.ig_threshold
+        binary_made = not categorical and isinstance(space, BinarySpace)
+        if binary_made and self.ig_threshold is None and self.made_ig_threshold is not None:
+            threshold = self.made_ig_threshold
         common = {"device": device, "dtype": dtype, "sfe_lr": sfe_lr, "ig_threshold": threshold}
         if categorical:
             natural = self.steps == "natural"

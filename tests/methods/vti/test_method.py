@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from methods.vti.method import CATEGORICAL_STEPS
+from methods.vti.method import CATEGORICAL_STEPS, MADE_WIDE_CAP
 from methods.vti.training import MAX_BAD_ITERATIONS
 from suite.context import RunContext
 from suite.method import Result
@@ -194,7 +194,8 @@ def test_mcg_model_distribution_names_and_support() -> None:
 
 def test_mcg_step_presets_set_the_categorical_samplers_rate_and_cap() -> None:
     """smoke and quick take the natural gradient, paper the authors' steps, ``steps="large"`` the large ones;
-    explicit values win; MADE keeps the authors' values under any rule."""
+    explicit values win; MADE keeps the authors' rate under any rule, and its cap is ``made_ig_threshold`` (0.05 in
+    smoke and quick, the authors' 5e-3 in paper) unless ``ig_threshold`` is given."""
     problem = make_problem("robust-vs")
     log_prior = problem.log_model_prior(problem.model_space.all_indices())
 
@@ -215,7 +216,12 @@ def test_mcg_step_presets_set_the_categorical_samplers_rate_and_cap() -> None:
     assert (explicit.sfe_lr, explicit.ig_threshold) == (0.3, 0.02)
     for rule in ("large", "natural"):
         made = sampler("quick", model_distribution="made", steps=rule)
-        assert (made.sfe_lr, made.ig_threshold) == CATEGORICAL_STEPS["authors"]
+        assert (made.sfe_lr, made.ig_threshold) == (0.1, MADE_WIDE_CAP["made_ig_threshold"]) == (0.1, 0.05)
+    assert sampler("paper", model_distribution="made").ig_threshold == 5e-3
+    assert sampler("quick", model_distribution="made", made_ig_threshold=0.02).ig_threshold == 0.02
+    assert sampler("quick", model_distribution="made", ig_threshold=0.3).ig_threshold == 0.3
+    with pytest.raises(ValueError, match="made_ig_threshold must be non-negative"):
+        make_method("vti-mcg", made_ig_threshold=-1.0).resolve(problem, "quick")
     with pytest.raises(ValueError, match="valid: authors, large, natural"):
         make_method("vti-mcg", steps="huge").resolve(problem, "quick")
 

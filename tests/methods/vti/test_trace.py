@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from methods.common.flat_parameters import FlatParameters
 from methods.vti.flows import FlowSpec, build_flow
 from methods.vti.method import context_function
 from methods.vti.training import Trainer, TrainSettings, make_optimizer, scheduled_lr
@@ -93,7 +94,7 @@ def test_the_closed_form_schedule_is_the_schedulers() -> None:
     """Budgeted runs set the rate from ``scheduled_lr``; at horizon = num_iterations it is the preset schedule."""
     for decay in ("exponential", "multiplicative"):
         s = TrainSettings(num_iterations=150, batch_size=8, flow_lr=1e-2, decay=decay)
-        optimizer, scheduler = make_optimizer(build_flow(FlowSpec.parse("affine(1,1)"), 2, 2), s)
+        optimizer, scheduler = make_optimizer(FlatParameters(build_flow(FlowSpec.parse("affine(1,1)"), 2, 2)), s)
         assert scheduled_lr(s, 0) == optimizer.param_groups[0]["lr"]
         for t in range(1, 260):
             optimizer.step()

@@ -19,16 +19,20 @@ TINY = dataclasses.replace(
         dataclasses.replace(
             MADE, options={**MADE.options, "num_iterations": 20, "warmup_iterations": 5, "batch_size": 32}
         ),
-        VTI_CARDINALITY.variants[1],
+        VTI_CARDINALITY.variants[-1],
     ),
     run_arguments=("--profile", "smoke", "--seeds", "1", "--no-progress", "--jobs", "1"),
 )
 
 
-def test_the_study_runs_the_made_sampler_and_rjmcmc_on_four_cardinalities_of_exact_problems() -> None:
+def test_the_study_runs_the_made_sampler_at_two_caps_and_rjmcmc_on_four_cardinalities_of_exact_problems() -> None:
     study = STUDIES["vti-cardinality"]
-    assert [v.method for v in study.variants] == ["vti-mcg", "rjmcmc-baseline"]
-    assert study.variants[0].options == {"model_distribution": "made", "model_probs": "sampler"}
+    assert [v.method for v in study.variants] == ["vti-mcg", "vti-mcg", "rjmcmc-baseline"]
+    made = {"model_distribution": "made", "model_probs": "sampler"}
+    assert [v.options for v in study.variants[:2]] == [
+        {**made, "made_ig_threshold": 0.005},
+        {**made, "made_ig_threshold": 0.05},
+    ]
     sizes = [make_problem(name).num_models for name in study.problems]
     assert sizes == [2**8, 2**12, 2**16, 2**20]
     problem = make_problem(study.problems[0])
@@ -38,14 +42,14 @@ def test_the_study_runs_the_made_sampler_and_rjmcmc_on_four_cardinalities_of_exa
 
 def test_a_tiny_cardinality_study_writes_its_table_and_figure(tmp_path: Path) -> None:
     assert run_study(TINY, tmp_path) == 0
-    made = load_records(tmp_path / "made-vti-mcg")
+    made = load_records(tmp_path / MADE.slug)
     assert sorted(r["problem"] for r in made) == sorted(PROBLEMS[:2])
     assert all(r["status"] == "ok" and r["diagnostics"].get("iterations") == 20 for r in made), made
     assert all("kl_joint" in r["metrics"] and "model_prob_kl" in r["metrics"] for r in made)
     assert (tmp_path / "fig4.png").stat().st_size > 0
     text = (tmp_path / "tiny-fig4.md").read_text()
-    assert "MADE (vti-mcg)" in text
+    assert MADE.label in text
     # The details table: per |M| TV / KL / joint KL / iterations; VTI's 20 iterations at 2^8 and 2^12, none above.
-    row = next(line for line in text.splitlines() if line.startswith("| MADE (vti-mcg) |") and " / " in line)
+    row = next(line for line in text.splitlines() if line.startswith(f"| {MADE.label} |") and " / " in line)
     cells = [cell.strip() for cell in row.strip("|").split("|")][1:]
     assert [cell.split(" / ")[-1] for cell in cells] == ["20", "20", "-", "-"]
