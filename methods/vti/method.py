@@ -87,9 +87,20 @@ SNAPSHOT_ENUMERATION_LIMIT = 2**16
 
 #: Choices of the ``model_probs`` option.
 MODEL_PROBS = ("sampler", "importance")
-#: model_probs="importance": flow draws per model, and the largest model space it enumerates.
+#: model_probs="importance": the fewest flow draws per model, the draws in all that small spaces share out (2
+#: models: 16,384 each; 128 and more: 256 each), and the largest model space it enumerates.
 IMPORTANCE_DRAWS = 256
+IMPORTANCE_TOTAL_DRAWS = 2**15
 IMPORTANCE_MODEL_LIMIT = 2**12
+
+
+def importance_draws_per_model(num_models: int) -> int:
+    """Flow draws per model for model_probs="importance": IMPORTANCE_TOTAL_DRAWS shared out, at least IMPORTANCE_DRAWS.
+
+    The estimate's error in log Z_m falls as one over the square root of the draws, and with few models the
+    pass over IMPORTANCE_TOTAL_DRAWS rows costs what 128 models at 256 draws cost (0.3 s on robust-vs).
+    """
+    return max(IMPORTANCE_DRAWS, IMPORTANCE_TOTAL_DRAWS // max(num_models, 1))
 
 
 def _can_weigh_models(problem: Problem) -> bool:
@@ -553,9 +564,10 @@ def _importance_model_probs(
     context_of: Callable[[Tensor], Tensor],
     generator: torch.Generator,
     dtype: torch.dtype,
-    num_draws: int = IMPORTANCE_DRAWS,
+    num_draws: int | None = None,
 ) -> tuple[ModelProbs, Tensor] | None:
-    """q(m) proportional to p(m) Z_m, with Z_m = mean_s exp(ell_s) over ``num_draws`` draws theta_s ~ q(theta | m).
+    """q(m) proportional to p(m) Z_m, with Z_m = mean_s exp(ell_s) over ``num_draws`` draws theta_s ~ q(theta | m)
+    (None: :func:`importance_draws_per_model`).
 
     ell = log p(D, theta | m) - log q(theta | m) is the training's per-sample ELBO term; its mean is the ELBO, a
     lower bound of log Z_m short by KL(q(theta | m) || p(theta | m, D)), and that gap differs between models, so
@@ -565,6 +577,8 @@ def _importance_model_probs(
     """
     device = _flow_device(flow)
     models = problem.model_space.all_indices(device)
+    if num_draws is None:
+        num_draws = importance_draws_per_model(models.shape[0])
     log_prior = problem.log_model_prior(models).to(torch.float64)
     per_chunk = max(EVAL_CHUNK // num_draws, 1)
     log_evidence = []
