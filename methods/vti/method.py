@@ -575,30 +575,27 @@ def _importance_model_probs(
     importance-sampling estimate of log Z_m with the flow as proposal, biased by only O(1 / num_draws) (its
     variance over log Z_m). Models whose draws are all non-finite get q = 0; None when no model has a finite one.
     """
-    device = _flow_device(flow)
+    device = generator.device
     models = problem.model_space.all_indices(device)
     if num_draws is None:
         num_draws = importance_draws_per_model(models.shape[0])
-    log_prior = problem.log_model_prior(models).to(torch.float64)
-    per_chunk = max(EVAL_CHUNK // num_draws, 1)
-    log_evidence = []
-    for start in range(0, models.shape[0], per_chunk):
-        chunk = models[start : start + per_chunk]
-        m = chunk.repeat_interleave(num_draws, dim=0)
+    log_prior = problem.log_model_prior(models).to(device, torch.float64)
+    # Row r holds draw r % num_draws of model r // num_draws; EVAL_CHUNK rows a pass, whatever num_draws is.
+    rows = models.repeat_interleave(num_draws, dim=0)
+    row_log_prior = log_prior.to(dtype).repeat_interleave(num_draws)
+    ell = torch.empty(rows.shape[0], device=device, dtype=torch.float64)
+    for start in range(0, rows.shape[0], EVAL_CHUNK):
+        m = rows[start : start + EVAL_CHUNK]
         z = torch.randn(m.shape[0], problem.dim_max, generator=generator, device=device, dtype=dtype)
-        ell = elbo_terms(problem, flow, m, z, context_of(m), problem.log_model_prior(m).to(dtype))
-        ell = torch.nan_to_num(ell.to(torch.float64), nan=-math.inf, posinf=-math.inf).view(-1, num_draws)
-        log_evidence.append(torch.logsumexp(ell, dim=1) - math.log(num_draws))
-    log_joint_m = log_prior.to(device) + torch.cat(log_evidence)
+        ell[start : start + m.shape[0]] = elbo_terms(
+            problem, flow, m, z, context_of(m), row_log_prior[start : start + EVAL_CHUNK]
+        ).to(torch.float64)
+    ell = torch.nan_to_num(ell, nan=-math.inf, posinf=-math.inf).view(-1, num_draws)
+    log_joint_m = log_prior + torch.logsumexp(ell, dim=1) - math.log(num_draws)
     if not bool(torch.isfinite(log_joint_m).any()):
         return None
     log_q = (log_joint_m - torch.logsumexp(log_joint_m, 0)).cpu()
     return ModelProbs.from_dense(log_q.exp()), log_q
-
-
-def _flow_device(flow: CoSMICFlow) -> torch.device:
-    """The device of the flow's parameters."""
-    return next(flow.parameters()).device
 
 
 def _listed_model_probs(sampler: ModelSampler, model_index: Tensor) -> ModelProbs:

@@ -146,6 +146,11 @@ def _rank_within_group(group: Tensor, num_groups: int) -> Tensor:
     return rank
 
 
+def _joined(tensors: list[Tensor]) -> Tensor:
+    """The tensors as one flat vector: a view of a single one (one flat parameter vector), else a copy."""
+    return tensors[0].reshape(-1) if len(tensors) == 1 else torch.cat([t.reshape(-1) for t in tensors])
+
+
 def adam_step_mean_square(optimizer: torch.optim.Optimizer) -> float:
     """Mean over all parameter entries of the squared Adam(W) step lr_t m_hat / (sqrt(v_hat) + eps).
 
@@ -167,10 +172,9 @@ def adam_step_mean_square(optimizer: torch.optim.Optimizer) -> float:
         # step_p = (lr / bias1) m / (sqrt(v) / sqrt(bias2) + eps) over all entries of a step count at once (all of
         # them, in practice): on a CPU a loop over the parameter tensors (the foreach kernels there) cost more.
         for t, same in by_step.items():
-            exp_avg = torch.cat([s["exp_avg"].reshape(-1) for s in same])
-            denom = torch.cat([s["exp_avg_sq"].reshape(-1) for s in same]).sqrt_()
-            denom.mul_(1.0 / math.sqrt(1.0 - beta2**t)).add_(eps)
-            step = exp_avg.div_(denom).to(torch.float64)
+            exp_avg, exp_avg_sq = (_joined([s[key] for s in same]) for key in ("exp_avg", "exp_avg_sq"))
+            denom = exp_avg_sq.sqrt().mul_(1.0 / math.sqrt(1.0 - beta2**t)).add_(eps)
+            step = torch.div(exp_avg, denom).to(torch.float64)
             total += (lr / (1.0 - beta1**t)) ** 2 * float(torch.dot(step, step))
             count += step.numel()
     return total / count if count else 0.0
@@ -442,6 +446,11 @@ class ScoreFunctionSampler(ModelSampler):
         """Factor applied to sfe_lr for this parameterisation."""
         return 1.0
 
+    @property
+    def gradient_needs_graph(self) -> bool:
+        """Whether :meth:`_gradient` differentiates log q (the score-function gradient does; a closed form not)."""
+        return True
+
     def learning_rate(self, step: int) -> float:
         """SGD learning rate at step ``step``: linear warm-up, then a slow multiplicative decay."""
         lr = self.sfe_lr * self.lr_multiplier()
@@ -485,7 +494,8 @@ class ScoreFunctionSampler(ModelSampler):
         if not bool(keep.any()):
             return {"skipped": 1.0}
         names, params = zip(*self.named_parameters(), strict=True)
-        log_q_all = self._log_q(model_index)
+        with torch.set_grad_enabled(self.gradient_needs_graph):
+            log_q_all = self._log_q(model_index)
         log_q = log_q_all[keep]
         loss = -ell[keep].to(torch.float64) + log_q.detach().to(torch.float64) - self.prior_log_prob(model_index[keep])
         mean_loss = float(loss.mean())
@@ -576,6 +586,11 @@ class CategoricalSampler(ScoreFunctionSampler):
     def lr_multiplier(self) -> float:
         """max(log2 M, 1), as in the authors' code; 1 for the natural gradient."""
         return 1.0 if self.natural else max(math.log2(self.num_models), 1.0)
+
+    @property
+    def gradient_needs_graph(self) -> bool:
+        """The natural gradient is the batch's mean centred loss per model: no graph of log q needed."""
+        return not self.natural
 
     def _gradient(
         self, params: tuple[Tensor, ...], model_index: Tensor, centred_loss: Tensor, log_q: Tensor

@@ -152,6 +152,22 @@ def test_adam_coupling_matches_per_parameter_loop() -> None:
     torch.testing.assert_close(sur.var, torch.full((4,), 1e2 + 100.0 * expected, dtype=F64))
 
 
+def test_adam_coupling_on_one_flat_vector_reads_the_state_without_changing_it() -> None:
+    """The flow's optimiser steps one flat vector (FlatParameters): the state is read in place, not copied, and
+    must come out unchanged; float64 state, so the loop's value holds to rounding."""
+    torch.manual_seed(4)
+    vector = nn.Parameter(torch.randn(50, dtype=F64))
+    opt = torch.optim.AdamW([vector], lr=1e-2, fused=True)
+    for _ in range(3):
+        opt.zero_grad()
+        (vector.sin() * torch.arange(50, dtype=F64)).sum().backward()
+        opt.step()
+    state = {key: value.clone() for key, value in opt.state[vector].items()}
+    assert adam_step_mean_square(opt) == pytest.approx(_adam_step_mean_square_loop(opt), rel=1e-12)
+    for key, value in state.items():
+        assert torch.equal(opt.state[vector][key], value), key
+
+
 def test_surrogate_action_and_posterior_distributions() -> None:
     log_prior = torch.log(torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=F64))
     sampler = SurrogateSampler(4, log_prior, squish=True)
