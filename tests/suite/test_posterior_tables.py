@@ -79,7 +79,9 @@ def test_means_over_data_sets_and_seeds_with_counts() -> None:
     row = table.loc[("linear-dag-bge-er", "bayesdag")]
     assert row["label"] == "ER" and row["runs"] == 4 and row["data_sets"] == 2 and row["failed"] == 1
     values = pd.Series([0.01, 0.03, 0.02, 0.04])
-    assert math.isclose(row["MMD"], 0.025) and math.isclose(row["MMD_se"], values.std() / 2)
+    assert math.isclose(row["MMD²"], 0.025) and math.isclose(row["MMD²_se"], values.std() / 2)
+    # MMD (the paper's scale) is the mean of the runs' square roots, derived from MMD^2 for records without it
+    assert math.isclose(row["MMD"], values.pow(0.5).mean()) and math.isclose(row["MMD_se"], values.pow(0.5).std() / 2)
     assert math.isclose(row["E-CPDAG-SHD"], 2.5) and math.isclose(row["TV"], 0.5)
     # one run: no standard error; TV not recorded: not a number, but not a computed NaN either
     single = table.loc[("linear-dag-bge-er", "order-mcmc")]
@@ -96,7 +98,7 @@ def test_printout_fits_the_width_and_says_the_paper_has_no_numbers() -> None:
     assert all(len(line) <= 120 for line in compact)
     text = "\n".join(compact)
     assert "ER MMD" in text and "SF E-CPDAG-SHD" in text and "4 (2)" in text
-    assert "0.025 ± 0.0065" in text  # se of 0.01..0.04: 0.0129 / 2
+    assert "0.025 ± 0.0065" in text  # MMD^2; se of 0.01..0.04: 0.0129 / 2
     assert "nan" in text and PAPER_NOTE.split(":")[0] in text.replace("\n", " ")
     assert "bayesdag on ER (1)" in text and "dagma on SF (1)" in text
     # a narrow terminal puts SF below ER rather than cutting it off

@@ -164,6 +164,7 @@ def test_task_metrics_score_graphs_against_the_truth_and_the_exact_posterior() -
     point = problem.task_metrics(ModelProbs(true_model, torch.ones(1, dtype=torch.float64)), None)
     assert point["edge_f1"].value == pytest.approx(1.0, abs=1e-7) and point["shd"].value == 0.0
     assert point["brier"].value == 0.0 and point["mmd_hamming"].value > 0
+    assert point["mmd"].value == pytest.approx(point["mmd_hamming"].value ** 0.5, rel=1e-12)  # the paper's scale
     exact = problem.task_metrics(problem.reference_model_probs(), None)
     assert exact["mmd_hamming"].value == pytest.approx(0.0, abs=1e-15) and exact["shd"].value > 0
     # Draws instead of probabilities: equally weighted graphs of the draws.
