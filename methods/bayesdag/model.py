@@ -79,10 +79,24 @@ class EdgeNetwork(torch.nn.Module):
     (minus ``logit_shift``: -1 is the paper's "sparse initialisation").
     """
 
-    def __init__(self, d: int, hidden: int, logit_shift: float, generator: torch.Generator, dtype: torch.dtype) -> None:
+    def __init__(
+        self,
+        d: int,
+        hidden: int,
+        logit_shift: float,
+        generator: torch.Generator,
+        dtype: torch.dtype,
+        hidden_layer_norm: bool = False,
+    ) -> None:
         super().__init__()
         device = generator.device
         self.d, self.logit_shift = d, logit_shift
+        #: The authors' network (``bayesdag_nonlinear.py``) also normalises the hidden layer (with gain and bias)
+        #: before the residual layer and before the output layer.
+        self.hidden_layer_norm = hidden_layer_norm
+        if hidden_layer_norm:
+            self.norm_gains = torch.nn.Parameter(torch.ones(2, hidden, dtype=dtype, device=device))
+            self.norm_biases = torch.nn.Parameter(torch.zeros(2, hidden, dtype=dtype, device=device))
 
         def uniform(rows: int, cols: int) -> torch.nn.Parameter:
             bound = 1 / math.sqrt(cols)
@@ -96,9 +110,16 @@ class EdgeNetwork(torch.nn.Module):
 
     def forward(self, p: Tensor) -> Tensor:
         """Logits ``[C, d, d]`` of q_phi(W | p)."""
-        h = torch.nn.functional.layer_norm(p, (self.d,))
+        layer_norm = torch.nn.functional.layer_norm
+        h = layer_norm(p, (self.d,))
         h = torch.relu(h @ self.w1.T + self.b1)
-        h = h + torch.relu(h @ self.w2.T + self.b2)
+        if not self.hidden_layer_norm:
+            h = h + torch.relu(h @ self.w2.T + self.b2)
+        else:
+            width = (h.shape[-1],)
+            inner = layer_norm(h, width, self.norm_gains[0], self.norm_biases[0])
+            h = h + torch.relu(inner @ self.w2.T + self.b2)
+            h = layer_norm(h, width, self.norm_gains[1], self.norm_biases[1])
         return (h @ self.w3.T + self.b3).view(*p.shape[:-1], self.d, self.d) + self.logit_shift
 
 

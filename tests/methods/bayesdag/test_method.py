@@ -60,6 +60,11 @@ def test_model_and_paper_settings_are_chosen_per_problem() -> None:
         ({"noise": "fixed"}, "valid: sampled, adam"),
         ({"steps": "alternating"}, "valid: joint, separate"),
         ({"sinkhorn_o_scale": 0.0}, "sinkhorn_o_scale"),
+        ({"keep": "all"}, "valid: burn_in, last"),
+        ({"sampler_steps_every": -1}, "sampler_steps_every"),
+        ({"last_steps": 0}, "last_steps"),
+        ({"chain_mean": 1}, "chain_mean"),
+        ({"preset": "paper"}, "valid: authors"),
     ],
 )
 def test_bad_options_name_the_valid_choices(d4: LinearDAG, bad: dict, message: str) -> None:
@@ -96,6 +101,50 @@ def test_the_authors_code_variant_runs_and_fits_the_noise_by_adam(d4: LinearDAG)
     assert torch.isfinite(d4.log_joint(result.draws.model_index, result.draws.theta)).all()
     log_noise = result.draws.theta[:, -4:]
     assert log_noise.abs().max() > 0.05  # Adam moved the log noise variances away from their start at 0
+
+
+def test_the_authors_preset_is_what_their_code_runs() -> None:
+    """ER: 20 chains, lr 3e-4, batch 128, 100 epochs (their ER config's batch and epochs never reach the run); SF:
+    batch 512, 500 epochs; the authors' options everywhere; an option given beside the preset wins."""
+    er = make_method("bayesdag", preset="authors").resolve(make_problem("linear-dag-bge-er"), "paper")
+    assert (er.num_chains, er.lr, er.batch_size, er.num_iterations) == (20, 3e-4, 128, 100 * 4)  # 4 batches of 500
+    assert (er.noise, er.steps, er.sinkhorn_o_scale, er.p_grad_through_w) == ("adam", "separate", 10.0, True)
+    assert (er.chain_mean, er.hidden_layer_norm, er.keep, er.last_steps) == (True, True, "last", 5)
+    assert (er.sampler_steps_every, er.sampler_steps) == (4, 15)
+    sf = make_method("bayesdag", preset="authors").resolve(make_problem("linear-dag-bge-sf"), "paper")
+    assert (sf.num_chains, sf.batch_size, sf.num_iterations, sf.scale_p) == (20, 512, 500, 0.01)
+    mine = make_method("bayesdag", preset="authors", num_chains=5).resolve(make_problem("linear-dag-bge-er"), "paper")
+    assert mine.num_chains == 5 and mine.keep == "last"
+    elsewhere = make_method("bayesdag", preset="authors").resolve(make_problem("linear-dag-d4"), "paper")
+    assert elsewhere.num_chains == 10 and elsewhere.keep == "last"  # the profile's length, the authors' options
+
+
+def test_the_authors_preset_runs_extra_sampler_steps_and_keeps_the_last_ones() -> None:
+    """9 epochs of 4 batches: bursts of 15 step pairs after epochs 0, 4 and 8, then 5 final pairs whose graphs
+    (5 x 20 chains = the authors' 100) are all that is kept."""
+    problem = make_problem("linear-dag-bge-er", data_seed=0)
+    method = make_method("bayesdag", preset="authors", num_epochs=9)
+    result = resolve_and_run(method, problem, RunContext(seed=0, profile="paper", num_draws=100))
+    assert result.status == "ok", result.reason
+    diagnostics = result.diagnostics
+    assert diagnostics["iterations"] == 36 and diagnostics["extra_sampler_step_pairs"] == 3 * 15 + 5
+    assert diagnostics["kept_graphs"] == 100 and diagnostics["keep"] == "last"
+    assert bool(is_acyclic(problem.adjacency(result.draws.model_index)).all())
+
+
+def test_hidden_layer_norm_starts_as_plain_layer_norm_and_learns_gains() -> None:
+    """The authors' q_phi: the LayerNorms start at gain 1, bias 0 and get gradients; the zeroed output layer still
+    gives every edge logit 0 at the start."""
+    from methods.bayesdag.model import EdgeNetwork
+
+    generator = torch.Generator().manual_seed(0)
+    network = EdgeNetwork(5, 48, 0.0, generator, torch.float64, hidden_layer_norm=True)
+    p = torch.randn(3, 5, generator=generator, dtype=torch.float64)
+    assert torch.equal(network(p), torch.zeros(3, 5, 5, dtype=torch.float64))
+    with torch.no_grad():
+        network.w3.normal_(generator=generator)
+    network(p).square().sum().backward()
+    assert network.norm_gains.grad is not None and network.norm_gains.grad.abs().sum() > 0
 
 
 def test_gradient_of_p_through_w_changes_the_run(d4: LinearDAG) -> None:
