@@ -112,6 +112,12 @@ class Method(ABC):
         """Check resolved options for sense (ValueError naming the valid choices); may return a changed copy."""
         return self
 
+    def with_preset(self, values: dict[str, Any]) -> Method:
+        """A copy where ``values`` (a named preset) replace the options still at their defaults (given ones win)."""
+        defaults = {option.name: option.default for option in dataclasses.fields(self)}
+        chosen = {key: value for key, value in values.items() if getattr(self, key) == defaults[key]}
+        return dataclasses.replace(self, **chosen) if chosen else self
+
     def supports(self, problem: Problem) -> str | None:
         """Why this method cannot run on ``problem``, or None if it can."""
         return None

@@ -242,9 +242,7 @@ class BayesDAG(Method):
             config = problem.config() if hasattr(problem, "config") else {}
             if getattr(problem, "name", "").startswith("linear-dag-bge") and self.model in (None, "linear"):
                 values.update(AUTHORS_LINEAR_SF5 if config.get("graph_type") == "sf" else AUTHORS_LINEAR_ER5)
-            defaults = {field.name: field.default for field in dataclasses.fields(self)}
-            chosen = {key: value for key, value in values.items() if getattr(self, key) == defaults[key]}
-            method = dataclasses.replace(self, **chosen)
+            method = self.with_preset(values)
         return super(BayesDAG, method).resolve(problem, profile)
 
     def finalise(self, problem: Problem) -> Method:

@@ -734,9 +734,7 @@ class VTISurrogate(_VTIMethod):
                         f"which {problem.name} does not state"
                     )
                 values["elbo_scale"] = float(problem.num_observations)
-            defaults = {field.name: field.default for field in dataclasses.fields(self)}
-            chosen = {key: value for key, value in values.items() if getattr(self, key) == defaults[key]}
-            method = dataclasses.replace(self, **chosen)
+            method = self.with_preset(values)
         return super(VTISurrogate, method).resolve(problem, profile)
 
     def make_sampler(
