@@ -22,7 +22,7 @@ authors' code's values), Theta ~ N(0, I). phi's Adam learning rate (0.005) is th
 not give it. The linear weights start at N(0, 0.1^2), as in the authors' code (no bias), not at prior draws: from
 N(0, 1) draws the sparsity penalty switches edges off before their weights fit (measured: no better than the empty
 graph on linear-dag). The paper evaluates 100 particles from the last iterations; here every graph kept after the
-burn-in counts.
+burn-in counts (``keep="last"``: the authors' way).
 
 **Options that follow the authors' code instead** (microsoft/Project-BayesDAG; defaults keep the behaviour above):
 ``noise="adam"``: the log noise variances are fitted per chain by phi's Adam optimiser in the phi step, no prior;
@@ -36,8 +36,8 @@ not what its configs appear to say: the SG-MCMC learning rate is fixed at 3e-4 f
 batch 512 and 500 epochs at its top level, where ``configs.get_configs`` does not look, so ER runs with the
 defaults file's batch 128 and 100 epochs; SF gets its batch 512 and 500 epochs. Both use 20 chains. Their training
 loop also runs extra p and Theta steps (15 each every 4 epochs, in ``evaluate_metrics``) and scores the last 100
-p values (5 steps of 20 chains); those are not options here yet. App. D (10 chains, 3e-4, 700 epochs) is the
-"paper" profile.
+p values (5 steps of 20 chains): the options ``sampler_steps_every`` and ``keep="last"`` below. App. D (10 chains,
+3e-4, 700 epochs) is the "paper" profile.
 None improved both BGe problems beyond seed-to-seed variation, so none is the default (measurements:
 docs/methods.md, "bayesdag: the authors' variants"). Further options from the authors' code: ``chain_mean=True``
 (U's gradient divided by the number of chains: their loss is a mean over chains), ``hidden_layer_norm=True``
