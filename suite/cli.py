@@ -179,6 +179,12 @@ def build_tdbench_parser(prog: str = "tdbench") -> argparse.ArgumentParser:
         default=None,
         help="seeds per variant and problem; for the TRJ bridge-estimate studies, fits per N (default: the study's)",
     )
+    study.add_argument(
+        "--data-sets",
+        type=int,
+        default=None,
+        help="problems with several data sets run the first N (studies of such problems only; default: the study's)",
+    )
     study.add_argument("--force", action="store_true", help="re-run runs (or N) that already have results")
     return parser
 
@@ -193,6 +199,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="seeds per (problem, method), seeds 0..N-1 (default: 2 smoke, 2 quick, 10 paper; "
         "a method may ask for fewer in a profile, e.g. the VTI methods run 1 seed in quick)",
+    )
+    parser.add_argument(
+        "--data-sets",
+        type=int,
+        default=None,
+        help="problems with several data sets (linear-dag-bge-*) run the first N (default: the profile's count)",
     )
     parser.add_argument(
         "--profile",
@@ -416,18 +428,21 @@ def print_registry() -> None:
 
 
 def _problem_instances(
-    problems: list[str], problem_options: dict[str, dict[str, Any]], profile: str
+    problems: list[str], problem_options: dict[str, dict[str, Any]], profile: str, data_sets: int | None = None
 ) -> list[tuple[str, dict[str, Any]]]:
     """(name, constructor options) of every problem instance to plan: one per data set for problems with several.
 
     A problem whose class lists ``data_sets`` for the profile is planned once per ``data_seed`` in
-    ``first_data_seed + range(data_sets[profile])``, unless the user fixed ``data_seed`` with ``--problem-option``.
+    ``first_data_seed + range(count)``, count being ``data_sets`` (``--data-sets``) or else the class's
+    ``data_sets[profile]``, unless the user fixed ``data_seed`` with ``--problem-option``.
     """
     instances = []
     for name in problems:
         options = problem_options.get(name, {})
         cls = problem_class(name)
         count = cls.data_sets.get(profile, 0)
+        if count and data_sets is not None:
+            count = data_sets
         if count and "data_seed" not in options:
             seeds = range(cls.first_data_seed, cls.first_data_seed + count)
             instances.extend((name, {**options, "data_seed": seed}) for seed in seeds)
@@ -440,12 +455,19 @@ def plan_runs(args: argparse.Namespace, device: torch.device) -> tuple[list[Plan
     """Every (problem, method, seed) to run, and the combinations left out with the reason.
 
     ``--problems all`` takes the problems planned for the profile (a problem's ``profiles``; e.g. the 100-component
-    mixture only in ``paper``); a problem named explicitly runs in any profile.
+    mixture only in ``paper``); a problem named explicitly runs in any profile. ``--methods all`` likewise leaves
+    out methods whose ``planned_profiles`` do not list the profile (the optional-library comparators).
     """
     problems = _parse_names(args.problems, available_problems(), "problem")
     if args.problems.strip() == "all":
         problems = [name for name in problems if args.profile in problem_class(name).profiles]
     methods = _parse_names(args.methods, available_methods(), "method")
+    if args.methods.strip() == "all":
+        methods = [
+            name
+            for name in methods
+            if method_class(name).planned_profiles in (None, ()) or args.profile in method_class(name).planned_profiles
+        ]
     plan: list[PlannedRun] = []
     notes: list[Skipped] = []
     problem_options = getattr(args, "problem_options", {})
@@ -455,7 +477,9 @@ def plan_runs(args: argparse.Namespace, device: torch.device) -> tuple[list[Plan
     unplanned = sorted(set(args.method_options) - set(methods))
     if unplanned:
         raise UsageError(f"--option for {', '.join(unplanned)}, which this run does not plan")
-    for problem_name, options in _problem_instances(problems, problem_options, args.profile):
+    for problem_name, options in _problem_instances(
+        problems, problem_options, args.profile, getattr(args, "data_sets", None)
+    ):
         try:
             problem = make_problem(problem_name, **options)
         except (TypeError, ValueError) as exc:
@@ -543,6 +567,8 @@ def _validate(args: argparse.Namespace) -> torch.device:
     args.eval_draws = EVAL_DRAWS[args.profile] if args.eval_draws is None else args.eval_draws
     args.out = Path("results") / args.profile if args.out is None else args.out
     checks = [("--seeds", args.seeds), ("--draws", args.draws), ("--eval-draws", args.eval_draws)]
+    if args.data_sets is not None:
+        checks.append(("--data-sets", args.data_sets))
     for flag, value in [*checks, ("--jobs", 1 if args.jobs is None else args.jobs)]:
         if value <= 0:
             raise UsageError(f"{flag} must be a positive integer, got {value}")
@@ -1009,13 +1035,25 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
 def study_command(args: argparse.Namespace) -> int:
     """``tdbench study NAME``: run the study's variants and write its comparison with the paper."""
-    from suite.studies import STUDIES
+    from suite.studies import STUDIES, Study
 
     if args.seeds is not None and args.seeds <= 0:
         print(f"tdbench study: error: --seeds must be a positive integer, got {args.seeds}", file=sys.stderr)
         return 2
+    study = STUDIES[args.name]
+    if args.data_sets is not None:
+        if args.data_sets <= 0:
+            print(
+                f"tdbench study: error: --data-sets must be a positive integer, got {args.data_sets}", file=sys.stderr
+            )
+            return 2
+        if not isinstance(study, Study):
+            print(f"tdbench study: error: {args.name} has no data sets to choose (--data-sets)", file=sys.stderr)
+            return 2
     out = Path("results") / "studies" / args.name if args.out is None else args.out
-    return STUDIES[args.name].run(out, args.seeds, args.force)
+    if args.data_sets is None:
+        return study.run(out, args.seeds, args.force)
+    return study.run(out, args.seeds, args.force, data_sets=args.data_sets)
 
 
 def run_all(argv: list[str] | None = None, prog: str = "run_all.py") -> int:

@@ -86,6 +86,8 @@ class Method(ABC):
     name: ClassVar[str]
     #: Preset option values per profile; keys are field names.
     profiles: ClassVar[dict[str, dict[str, Any]]] = {}
+    #: Profiles in which ``--methods all`` plans this method (None: all); named, it runs in any profile.
+    planned_profiles: ClassVar[tuple[str, ...] | None] = None
     #: Seeds ``run_all.py`` runs per profile when ``--seeds`` is not given (missing: the suite's default).
     default_seeds: ClassVar[dict[str, int]] = {}
 

@@ -580,6 +580,8 @@ class _Run:
                     "u_per_row_by_block": block_losses,
                     "p_abs_max": float(p.abs().max()),
                     "p_spread": float(p.std(-1).mean()),
+                    # Each chain's final node order, sources first (edge i -> j allowed iff i precedes j).
+                    "final_orders": p.argsort(-1, descending=True).tolist(),
                     "theta_abs_max": max(float(v.detach().abs().max()) for v in self.theta.values()),
                 }
             )

@@ -9,6 +9,7 @@ bridge-estimate figures are :class:`suite.studies.bbe.BBEStudy` objects instead 
 
 from __future__ import annotations
 
+from suite.studies.bayesdag_fig2 import BAYESDAG_FIG2
 from suite.studies.bbe import BBEStudy
 from suite.studies.mif_ablations import MIF_ABLATIONS
 from suite.studies.study import Study
@@ -19,5 +20,5 @@ from suite.studies.vti_robust_vs import VTI_ROBUST_VS
 
 #: Registered studies by name; each has ``name``, ``description`` and ``run(out, seeds, force) -> exit code``.
 STUDIES: dict[str, Study | BBEStudy] = {
-    study.name: study for study in (MIF_ABLATIONS, TRJ_FA, TRJ_BLOCKVS, VTI_ROBUST_VS, VTI_CARDINALITY)
+    study.name: study for study in (MIF_ABLATIONS, TRJ_FA, TRJ_BLOCKVS, VTI_ROBUST_VS, VTI_CARDINALITY, BAYESDAG_FIG2)
 }

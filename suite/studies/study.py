@@ -57,18 +57,22 @@ class Study:
     #: More of the records in Markdown, printed and written after the main table: (study, folder) -> text.
     details: Callable[[Study, Path], str] | None = None
 
-    def run_argv(self, variant: Variant, out: Path, seeds: int | None, force: bool) -> list[str]:
+    def run_argv(
+        self, variant: Variant, out: Path, seeds: int | None, force: bool, data_sets: int | None = None
+    ) -> list[str]:
         """The ``tdbench run`` arguments of one variant."""
         argv = ["--problems", ",".join(self.problems), "--methods", variant.method, "--out", str(out / variant.slug)]
         argv += list(self.run_arguments)
         if seeds is not None:
             argv += ["--seeds", str(seeds)]
+        if data_sets is not None:
+            argv += ["--data-sets", str(data_sets)]
         argv += [f"--option={variant.method}.{key}={json.dumps(value)}" for key, value in variant.options.items()]
         return [*argv, "--force"] if force else argv
 
-    def run(self, out: Path, seeds: int | None = None, force: bool = False) -> int:
+    def run(self, out: Path, seeds: int | None = None, force: bool = False, data_sets: int | None = None) -> int:
         """Run the study (:func:`run_study`); the exit code."""
-        return run_study(self, out, seeds, force)
+        return run_study(self, out, seeds, force, data_sets)
 
     def table(self, out: Path) -> pd.DataFrame:
         """One row per variant: per problem the measured mean, its standard error over seeds, runs, and the paper's."""
@@ -159,7 +163,9 @@ def write_html(study: Study, table: pd.DataFrame, out: Path, figure: Path, extra
     return path
 
 
-def run_study(study: Study, out: Path, seeds: int | None = None, force: bool = False) -> int:
+def run_study(
+    study: Study, out: Path, seeds: int | None = None, force: bool = False, data_sets: int | None = None
+) -> int:
     """Run every variant (finished runs are kept), then write and print the comparison; the exit code."""
     from suite.cli import main
 
@@ -169,7 +175,7 @@ def run_study(study: Study, out: Path, seeds: int | None = None, force: bool = F
         study.prepare(out)
     status = 0
     for variant in study.variants:
-        argv = study.run_argv(variant, out, seeds, force)
+        argv = study.run_argv(variant, out, seeds, force, data_sets)
         start = time.perf_counter()
         log = out / f"{variant.slug}.log"
         buffer = io.StringIO()

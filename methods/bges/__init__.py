@@ -1,0 +1,1 @@
+"""Bootstrap GES through causal-learn: BayesDAG's quasi-Bayesian baseline."""

@@ -1,0 +1,1 @@
+"""DiBS (Lorch et al. 2021) through its authors' library dibs-lib: BayesDAG's main comparator."""
