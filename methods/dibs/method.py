@@ -271,10 +271,10 @@ class DiBS(Method):
             import jax.numpy as jnp
 
             values = jax.vmap(lambda g: log_joint(g, None, None, None, None))(jnp.asarray(unique.numpy(), jnp.int32))
-            log_weights = torch.as_tensor(np.asarray(values), dtype=torch.float64)
+            log_weights = torch.as_tensor(np.array(values), dtype=torch.float64)
         else:
             mixture = sampler.get_mixture(np.asarray(unique.numpy(), dtype=np.int32))
-            log_weights = torch.as_tensor(np.asarray(mixture.logp), dtype=torch.float64)
+            log_weights = torch.as_tensor(np.array(mixture.logp), dtype=torch.float64)
         probs = torch.softmax(log_weights, 0)
         return ModelProbs(problem.model_index_of(unique).cpu(), probs), cyclic
 

@@ -325,3 +325,23 @@ def test_problems_with_several_data_sets_are_planned_once_per_data_seed(tmp_path
         tmp_path,
     )
     assert [run.problem_options for run in pinned] == [{"data_seed": 7}]
+
+
+def test_data_sets_plans_the_first_n_data_sets_and_refuses_a_non_positive_count(tmp_path: Path) -> None:
+    """--data-sets 5 in quick (3 by default) plans data seeds 0..4; 0 is a usage error naming the flag."""
+    argv = ["--problems", "linear-dag-bge-er", "--methods", "order-mcmc", "--profile", "quick", "--seeds", "1"]
+    plan = _plan([*argv, "--data-sets", "5"], tmp_path)
+    assert [run.problem_options for run in plan] == [{"data_seed": seed} for seed in range(5)]
+    with pytest.raises(cli.UsageError, match="--data-sets must be a positive integer"):
+        _plan([*argv, "--data-sets", "0"], tmp_path)
+
+
+def test_methods_all_leaves_out_methods_planned_only_in_other_profiles(tmp_path: Path) -> None:
+    """dibs and bges are planned by --methods all only in paper; named, they are planned in quick too."""
+    assert method_class("dibs").planned_profiles == ("paper",) and method_class("bges").planned_profiles == ("paper",)
+    argv = ["--problems", "linear-dag-bge-er", "--profile", "quick", "--seeds", "1", "--data-sets", "1"]
+    everything = {run.method.name for run in _plan(argv, tmp_path)}
+    assert "order-mcmc" in everything and not everything & {"dibs", "bges"}
+    args = cli.build_parser("run_all.py").parse_args([*argv, "--methods", "bges", "--out", str(tmp_path)])
+    planned, skipped = cli.plan_runs(args, cli._validate(args))
+    assert [run.method.name for run in planned] == ["bges"] or [s.method for s in skipped] == ["bges"]
