@@ -114,6 +114,12 @@ class Method(ABC):
         """Check resolved options for sense (ValueError naming the valid choices); may return a changed copy."""
         return self
 
+    def named_preset(self, presets: dict[str, dict[str, Any]], name: str) -> dict[str, Any]:
+        """A copy of ``presets[name]``; ValueError naming the valid presets for an unknown ``name``."""
+        if name not in presets:
+            raise ValueError(f"{self.name}: unknown preset {name!r}; valid: {', '.join(presets)}")
+        return dict(presets[name])
+
     def with_preset(self, values: dict[str, Any]) -> Method:
         """A copy where ``values`` (a named preset) replace the options still at their defaults (given ones win)."""
         defaults = {option.name: option.default for option in dataclasses.fields(self)}

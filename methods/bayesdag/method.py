@@ -236,9 +236,7 @@ class BayesDAG(Method):
         """As the base, after the ``preset``'s values replace the options left at their defaults."""
         method = self
         if self.preset is not None:
-            if self.preset not in PRESETS:
-                raise ValueError(f"{self.name}: unknown preset {self.preset!r}; valid: {', '.join(PRESETS)}")
-            values = dict(PRESETS[self.preset])
+            values = self.named_preset(PRESETS, self.preset)
             config = problem.config() if hasattr(problem, "config") else {}
             if getattr(problem, "name", "").startswith("linear-dag-bge") and self.model in (None, "linear"):
                 values.update(AUTHORS_LINEAR_SF5 if config.get("graph_type") == "sf" else AUTHORS_LINEAR_ER5)

@@ -724,9 +724,7 @@ class VTISurrogate(_VTIMethod):
         """As the base, after the ``preset``'s values replace the options left at their defaults."""
         method = self
         if self.preset is not None:
-            if self.preset not in SURROGATE_PRESETS:
-                raise ValueError(f"{self.name}: unknown preset {self.preset!r}; valid: {', '.join(SURROGATE_PRESETS)}")
-            values = dict(SURROGATE_PRESETS[self.preset])
+            values = self.named_preset(SURROGATE_PRESETS, self.preset)
             if values.pop("elbo_scale") == "num_observations":
                 if problem.num_observations is None:
                     raise ValueError(

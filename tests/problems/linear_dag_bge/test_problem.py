@@ -114,7 +114,6 @@ def test_sampled_mmd_estimates_the_exact_mmd():
     model_probs = ModelProbs(torch.arange(0, 29281, 50), torch.full((586,), 1 / 586, dtype=torch.float64))
     metrics = problem.task_metrics(model_probs, None)
     assert metrics["mmd"].value == pytest.approx(metrics["mmd_hamming"].value ** 0.5, rel=1e-12)
-    assert metrics["mmd_sampled"].value == pytest.approx(metrics["mmd"].value, rel=0.25)
     again = problem.task_metrics(model_probs, None)["mmd_sampled"].value
     assert again == metrics["mmd_sampled"].value  # seeded by data_seed
     # the estimator's mean over many sample pairs is the exact MMD^2 (unbiased U-statistic), within Monte Carlo error
@@ -128,6 +127,9 @@ def test_sampled_mmd_estimates_the_exact_mmd():
     values = torch.tensor(estimates, dtype=torch.float64)
     se = float(values.std()) / math.sqrt(len(values))
     assert abs(float(values.mean()) - metrics["mmd_hamming"].value) < 4 * se
+    # the record's one estimate is one draw of that estimator: within 4 of its standard deviations of the exact MMD
+    spread = float(values.sqrt().std())
+    assert abs(metrics["mmd_sampled"].value - metrics["mmd"].value) < 4 * spread
 
 
 @pytest.mark.parametrize(
