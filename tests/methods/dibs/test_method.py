@@ -46,7 +46,7 @@ def test_library_bge_matches_the_problem(problem) -> None:
 
 def test_a_short_run_returns_q_over_acyclic_particles_and_counts_the_cyclic_ones(problem) -> None:
     context = RunContext(seed=0, profile="smoke")
-    result = resolve_and_run(make_method("dibs", num_steps=100, chunk_steps=50), problem, context)
+    result = resolve_and_run(make_method("dibs", num_steps=100, chunk_steps=50, alpha_linear=0.02), problem, context)
     assert result.status == "ok", result.reason
     diagnostics = result.diagnostics
     assert diagnostics["steps"] == 100 and diagnostics["particles"] == 8
