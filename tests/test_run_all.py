@@ -17,7 +17,7 @@ from suite import checkpoints as ckpt
 from suite import parallel as par
 from suite.cli import _seeds_for, _validate, build_parser, main, plan_runs
 from suite.records import RunKey
-from suite.registry import available_methods, make_method, make_problem
+from suite.registry import available_methods, make_method, make_problem, method_class
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,7 +33,7 @@ def test_list_shows_everything_registered(capsys: pytest.CaptureFixture) -> None
     [
         (
             ["--methods", "nope"],
-            "unknown method(s) 'nope'; valid methods: bayesdag, ctrj, dagma, fr, fr-vip, iaf, mf, mif, order-mcmc, ",
+            "unknown method(s) 'nope'; valid methods: bayesdag, bges, ctrj, dagma, dibs, fr, fr-vip, iaf, mf, mif, ",
         ),
         (["--problems", "sas,nope"], "unknown problem(s) 'nope'; valid problems: block-vs, "),
         (["--seeds", "0"], "--seeds must be a positive integer"),
@@ -42,7 +42,7 @@ def test_list_shows_everything_registered(capsys: pytest.CaptureFixture) -> None
         (["--option", "vti-mcg"], "expected METHOD.NAME=VALUE"),
         (
             ["--option", "nope.flow=x"],
-            "unknown method 'nope'; valid methods: bayesdag, ctrj, dagma, fr, fr-vip, iaf, mf, mif, order-mcmc, ",
+            "unknown method 'nope'; valid methods: bayesdag, bges, ctrj, dagma, dibs, fr, fr-vip, iaf, mf, mif, ",
         ),
         (["--option", "vti-mcg.flwo=x"], "vti-mcg has no option 'flwo'; valid: "),
         (["--option", "vti-surrogate.flow=nope(1)"], "vti-surrogate on block-vs: unknown flow type 'nope(1)'"),
@@ -96,9 +96,12 @@ def test_smoke_run_writes_records_and_leaderboard(tmp_path: Path, capsys: pytest
     expected = 2 * len(applicable)  # every applicable method x 2 seeds (--seeds overrides methods' defaults)
     assert len(list(tmp_path.glob("records/*.json"))) == expected
     assert (tmp_path / "leaderboard_sas.md").exists() and (tmp_path / "leaderboard_sas.png").exists()
-    # Methods that do not apply get a leaderboard row saying so, with the reason, and no record.
+    # Methods that do not apply get a leaderboard row saying so, with the reason, and no record; methods that
+    # --methods all plans only in other profiles (dibs, bges: paper) get neither.
     board = (tmp_path / "leaderboard_sas.md").read_text()
-    for name in set(available_methods()) - set(applicable):
+    planned = [name for name in available_methods() if "smoke" in (method_class(name).planned_profiles or ["smoke"])]
+    assert "dibs" not in planned and "| dibs |" not in board
+    for name in set(planned) - set(applicable):
         assert f"| {name} | 0 | 0 |" in board and make_method(name).supports(sas) in board
     assert main(argv) == 0
     assert f"{expected} of {expected} runs already have records" in capsys.readouterr().out

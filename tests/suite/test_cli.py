@@ -102,7 +102,10 @@ def test_describe_a_problem(capsys: pytest.CaptureFixture) -> None:
     ("argv", "message"),
     [
         (["describe", "nope"], "tdbench: error: unknown problem or method 'nope'; problems: block-vs,"),
-        (["run", "--methods", "nope"], "tdbench run: error: unknown method(s) 'nope'; valid methods: bayesdag, ctrj,"),
+        (
+            ["run", "--methods", "nope"],
+            "tdbench run: error: unknown method(s) 'nope'; valid methods: bayesdag, bges, ctrj,",
+        ),
         (["run", "--problems", "nope"], "tdbench run: error: unknown problem(s) 'nope'; valid problems: block-vs,"),
         (["reprot", "x"], "invalid choice: 'reprot' (choose from 'run', 'list', 'describe', 'report', 'study')"),
         (["report"], "the following arguments are required: RESULTS_DIR"),
