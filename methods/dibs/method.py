@@ -155,7 +155,9 @@ class DiBS(Method):
         from dibs.inference import MarginalDiBS
 
         with context.timer.phase("setup"):
-            data = jnp.asarray(problem.observations().to("cpu", torch.float64).numpy(), dtype=jnp.float32)
+            # JAX's default float: float32, or float64 where another part of the process enabled x64 (the
+            # library's internals follow that default, and mixing the two breaks its lax.cond branches).
+            data = jnp.asarray(problem.observations().to("cpu", torch.float64).numpy(), dtype=float)
             graph_model, likelihood, log_joint = self._model(problem, data)
             sampler = MarginalDiBS(
                 x=data,
@@ -245,7 +247,7 @@ class DiBS(Method):
         # hold the node itself (-inf) are never indexed, because the hard graphs' diagonals are masked below.
         finite = torch.where(torch.isfinite(scores), scores, torch.nan)
         shifted = scores - torch.nan_to_num(finite, nan=-torch.inf).amax(-1, keepdim=True)
-        table = jnp.asarray(torch.nan_to_num(shifted, neginf=0.0).numpy(), dtype=jnp.float32)
+        table = jnp.asarray(torch.nan_to_num(shifted, neginf=0.0).numpy(), dtype=float)
         bits = jnp.asarray((1 << np.arange(d)).astype(np.int32))
         nodes = jnp.arange(d)
         off_diagonal = 1 - jnp.eye(d, dtype=jnp.int32)
