@@ -65,6 +65,12 @@ class DecomposableScore(Protocol):
         ...
 
 
+def graph_type(problem: object) -> str | None:
+    """The problem's ``graph_type`` configuration (``"er"``, ``"sf"``), or None where it has none."""
+    config = problem.config() if hasattr(problem, "config") else {}
+    return config.get("graph_type")
+
+
 def transitive_closure(adjacency: Tensor) -> Tensor:
     """Bool ``[B, d, d]``: ``R[b, i, j]`` is True iff graph b has a directed path of length >= 1 from i to j.
 

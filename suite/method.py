@@ -130,6 +130,12 @@ class Method(ABC):
         """Why this method cannot run on ``problem``, or None if it can."""
         return None
 
+    def require_support(self, problem: Problem) -> None:
+        """ValueError saying why, where :meth:`supports` refuses ``problem``: the first step of a guarded ``run``."""
+        reason = self.supports(problem)
+        if reason:
+            raise ValueError(f"{self.name} cannot run on {problem.name}: {reason}")
+
     @abstractmethod
     def run(self, problem: Problem, context: RunContext) -> Result:
         """Run inference on ``problem`` (this instance already resolved) and return a ``Result``."""

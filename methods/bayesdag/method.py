@@ -88,7 +88,7 @@ from tqdm.auto import tqdm
 
 from methods.bayesdag import model as bd
 from suite.context import BudgetTooSmall, RunContext
-from suite.dag import NOT_DAG_REASON, DAGProblem
+from suite.dag import NOT_DAG_REASON, DAGProblem, graph_type
 from suite.method import Method, Result
 from suite.problem import Problem
 from suite.registry import register_method
@@ -152,8 +152,7 @@ def setting_values(problem: Problem, model: str) -> dict[str, Any]:
     lambda_s is a full-data penalty (nats per edge), tuned at the paper's data sizes (``PAPER_ROWS``; Sachs is the
     paper's own data): with N rows it is scaled by N / N_paper so that it keeps its weight against the likelihood.
     """
-    config = problem.config() if hasattr(problem, "config") else {}
-    scale_free = config.get("graph_type") == "sf"
+    scale_free = graph_type(problem) == "sf"
     sachs = getattr(problem, "name", "") == "dag-mlp-sachs"
     if sachs:
         values = (1200.0, 0.1, 0.01, False)
@@ -237,9 +236,8 @@ class BayesDAG(Method):
         method = self
         if self.preset is not None:
             values = self.named_preset(PRESETS, self.preset)
-            config = problem.config() if hasattr(problem, "config") else {}
             if getattr(problem, "name", "").startswith("linear-dag-bge") and self.model in (None, "linear"):
-                values.update(AUTHORS_LINEAR_SF5 if config.get("graph_type") == "sf" else AUTHORS_LINEAR_ER5)
+                values.update(AUTHORS_LINEAR_SF5 if graph_type(problem) == "sf" else AUTHORS_LINEAR_ER5)
             method = self.with_preset(values)
         return super(BayesDAG, method).resolve(problem, profile)
 
@@ -312,9 +310,7 @@ class BayesDAG(Method):
 
     def run(self, problem: Problem, context: RunContext) -> Result:
         """Run Algorithm 1 on ``problem``'s observations and return the kept graphs' empirical distribution."""
-        reason = self.supports(problem)
-        if reason:
-            raise ValueError(f"{self.name} cannot run on {problem.name}: {reason}")
+        self.require_support(problem)
         assert isinstance(problem, DAGProblem)
         if context.replay is not None:
             needed = ["stop", *([BURN_IN_END] if self.burn_in > 0 and self.keep == "burn_in" else [])]

@@ -135,9 +135,7 @@ class BootstrapGES(Method):
 
     def run(self, problem: Problem, context: RunContext) -> Result:
         """GES on each bootstrap resample until ``num_bootstraps`` (or the time budget); q(G) over their classes."""
-        reason = self.supports(problem)
-        if reason:
-            raise ValueError(f"{self.name} cannot run on {problem.name}: {reason}")
+        self.require_support(problem)
         assert isinstance(problem, DAGProblem)
         from causallearn.search.ScoreBased.GES import ges
 

@@ -188,9 +188,7 @@ class DAGMA(Method):
 
     def run(self, problem: Problem, context: RunContext) -> Result:
         """Fit DAGMA for every lambda of the sweep, keep one graph and return it as a point mass."""
-        reason = self.supports(problem)
-        if reason:
-            raise ValueError(f"{self.name} cannot run on {problem.name}: {reason}")
+        self.require_support(problem)
         assert isinstance(problem, DAGProblem)
         dtype, device = context.dtype, context.device
         with context.timer.phase("setup"):

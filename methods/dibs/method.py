@@ -49,7 +49,7 @@ import torch
 from tqdm.auto import tqdm
 
 from suite.context import RunContext
-from suite.dag import NOT_DAG_REASON, DAGProblem, DecomposableScore, is_acyclic
+from suite.dag import NOT_DAG_REASON, DAGProblem, DecomposableScore, graph_type, is_acyclic
 from suite.method import Method, Result
 from suite.problem import Problem
 from suite.registry import register_method
@@ -127,7 +127,7 @@ class DiBS(Method):
             raise ValueError(f"{self.name}: unknown weighting {self.weighting!r}; valid: {', '.join(WEIGHTINGS)}")
         kernel_h = self.kernel_h
         if kernel_h is None:
-            kernel_h = KERNEL_H["sf" if _graph_type(problem) == "sf" else "er"]
+            kernel_h = KERNEL_H["sf" if graph_type(problem) == "sf" else "er"]
         elif not kernel_h > 0:
             raise ValueError(f"{self.name}: kernel_h must be positive, got {kernel_h}")
         return dataclasses.replace(self, **counts, alpha_linear=alpha_linear, kernel_h=float(kernel_h))
@@ -146,9 +146,7 @@ class DiBS(Method):
 
     def run(self, problem: Problem, context: RunContext) -> Result:
         """SVGD in chunks of ``chunk_steps`` until ``num_steps`` or the time budget; q(G) from the final particles."""
-        reason = self.supports(problem)
-        if reason:
-            raise ValueError(f"{self.name} cannot run on {problem.name}: {reason}")
+        self.require_support(problem)
         assert isinstance(problem, DAGProblem)
         import jax
         import jax.numpy as jnp
@@ -239,7 +237,7 @@ class DiBS(Method):
 
         d = problem.num_nodes
         if self.target == "library":
-            family = ScaleFreeDAGDistribution if _graph_type(problem) == "sf" else ErdosReniDAGDistribution
+            family = ScaleFreeDAGDistribution if graph_type(problem) == "sf" else ErdosReniDAGDistribution
             return family(n_vars=d, n_edges_per_node=1), BGe(n_vars=d), None
         assert isinstance(problem, DecomposableScore)
         scores = problem.local_log_scores().to("cpu", torch.float64)
@@ -312,9 +310,3 @@ def _graphs(sampler: Any, particles: Any) -> np.ndarray:
 def _adjacency(sampler: Any, particles: Any) -> torch.Tensor:
     """The particles' alpha -> infinity graphs as a bool tensor ``[P, d, d]``."""
     return torch.as_tensor(np.array(_graphs(sampler, particles))).to(torch.bool)
-
-
-def _graph_type(problem: Problem) -> str | None:
-    """The problem's ``graph_type`` configuration (``"er"``/``"sf"``), if it has one."""
-    config = problem.config() if hasattr(problem, "config") else {}
-    return config.get("graph_type")

@@ -191,9 +191,7 @@ class _PerModelVI(Method):
     # -------------------------------------------------------------------- run
     def run(self, problem: Problem, context: RunContext) -> Result:
         """Fit a family per model, weigh the models by importance-sampled evidence."""
-        reason = self.supports(problem)
-        if reason:
-            raise ValueError(f"{self.name} cannot run on {problem.name}: {reason}")
+        self.require_support(problem)
         device, dtype = context.device, context.dtype
         generator = torch.Generator(device=device).manual_seed(context.seed)
         models = problem.model_space.all_indices(device)

@@ -79,9 +79,7 @@ class OrderMCMC(Method):
 
     def run(self, problem: Problem, context: RunContext) -> Result:
         """Run the chains, count the orders visited after burn-in and return the corrected q(G)."""
-        reason = self.supports(problem)
-        if reason:
-            raise ValueError(f"{self.name} cannot run on {problem.name}: {reason}")
+        self.require_support(problem)
         assert isinstance(problem, DAGProblem) and isinstance(problem, DecomposableScore)
         device, dtype = context.device, context.dtype
         with context.timer.phase("setup"):

@@ -873,9 +873,7 @@ class VTIMCG(_VTIMethod):
         self, problem: Problem, log_prior: Tensor | None, device: torch.device, dtype: torch.dtype
     ) -> ModelSampler:
         """Categorical logits or a MADE over bits."""
-        reason = self.supports(problem)
-        if reason is not None:
-            raise ValueError(f"{self.name} on {problem.name}: {reason}")
+        self.require_support(problem)
         space = problem.model_space
         categorical = self._distribution(problem) == "categorical"
         preset_lr, preset_threshold = CATEGORICAL_STEPS[self.steps if categorical and self.steps else "authors"]

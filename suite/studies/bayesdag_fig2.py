@@ -47,8 +47,12 @@ MAP_SHD_MARGIN = 1.0
 
 
 @lru_cache(maxsize=128)
-def _yardsticks(problem_name: str, data_seed: int) -> dict[str, dict[str, float]]:
-    """MMD, MMD² and E-CPDAG-SHD of the exact posterior, the MAP point mass and the empty graph on one data set."""
+def _exact_facts(problem_name: str, data_seed: int) -> tuple[dict[str, dict[str, float]], torch.Tensor]:
+    """One data set's yardsticks and its MAP graph's Markov equivalence class, from one build of its problem.
+
+    Yardsticks: MMD, MMD² and E-CPDAG-SHD of the exact posterior, the MAP point mass and the empty graph. The class
+    is bool ``[K, d, d]``, the DAGs whose CPDAG is the MAP graph's.
+    """
     from suite.registry import make_problem
     from suite.types import ModelProbs
 
@@ -58,24 +62,24 @@ def _yardsticks(problem_name: str, data_seed: int) -> dict[str, dict[str, float]
     empty = problem.model_index_of(torch.zeros(1, problem.num_nodes, problem.num_nodes, dtype=torch.bool)).cpu()
     point = torch.ones(1, dtype=torch.float64)
     rows = {EXACT: exact, MAP: ModelProbs(top.reshape(1), point), EMPTY: ModelProbs(empty.reshape(1), point)}
-    out = {}
+    yardsticks = {}
     for label, model_probs in rows.items():
         metrics = problem.task_metrics(model_probs, None)
-        out[label] = {key: float(metrics[key].value) for key in ("mmd", "mmd_hamming", "expected_cpdag_shd")}
-    return out
+        yardsticks[label] = {key: float(metrics[key].value) for key in ("mmd", "mmd_hamming", "expected_cpdag_shd")}
+    top_dag = problem.adjacency(top.reshape(1)).cpu().bool()
+    everything = problem.adjacency(problem.model_space.all_indices(torch.device("cpu"))).cpu().bool()
+    same = (cpdags(everything) == cpdags(top_dag)).flatten(1).all(-1)
+    return yardsticks, everything[same]
 
 
-@lru_cache(maxsize=128)
+def _yardsticks(problem_name: str, data_seed: int) -> dict[str, dict[str, float]]:
+    """MMD, MMD² and E-CPDAG-SHD of the exact posterior, the MAP point mass and the empty graph on one data set."""
+    return _exact_facts(problem_name, data_seed)[0]
+
+
 def _map_class(problem_name: str, data_seed: int) -> torch.Tensor:
     """Bool ``[K, d, d]``: the DAGs of the MAP graph's Markov equivalence class on one data set."""
-    from suite.registry import make_problem
-
-    problem = make_problem(problem_name, data_seed=data_seed)
-    exact = problem.reference_model_probs()
-    top = problem.adjacency(exact.index[torch.argmax(exact.prob)].reshape(1)).cpu().bool()
-    everything = problem.adjacency(problem.model_space.all_indices(torch.device("cpu"))).cpu().bool()
-    same = (cpdags(everything) == cpdags(top)).flatten(1).all(-1)
-    return everything[same]
+    return _exact_facts(problem_name, data_seed)[1]
 
 
 def order_admits(order: list[int], dags: torch.Tensor) -> bool:
