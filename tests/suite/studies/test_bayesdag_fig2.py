@@ -71,6 +71,20 @@ def test_the_claims_are_judged_on_the_means() -> None:
     assert next(v for c, v in verdicts.items() if c.startswith("ER: BGES")) == "holds"
 
 
+def test_a_paired_difference_inside_two_standard_errors_is_marked_as_noise() -> None:
+    """Same means as a clear win, but the per-data-set differences scatter: the verdict says the data cannot tell."""
+    shd = {"expected_cpdag_shd": [1.0, 1.0, 1.0]}
+    rows = {fig2.AUTHORS: {"mmd": [0.30, 0.30, 0.30], **shd}, fig2.DIBS: {"mmd": [0.31, 0.31, 0.31], **shd}}
+    close = {fig2.AUTHORS: {"mmd": {0: 0.10, 1: 0.50, 2: 0.30}}, fig2.DIBS: {"mmd": {0: 0.41, 1: 0.21, 2: 0.31}}}
+    clear = {fig2.AUTHORS: {"mmd": {0: 0.29, 1: 0.30, 2: 0.31}}, fig2.DIBS: {"mmd": {0: 0.30, 1: 0.31, 2: 0.32}}}
+    key = "ER: BayesDAG beats DiBS in MMD (paper, Sec. 6.1.1)"
+    for paired, expected in ((close, "holds, within noise"), (clear, "holds")):
+        collected = {"values": {p: rows for p in fig2.PROBLEMS}, "paired": {p: paired for p in fig2.PROBLEMS}}
+        verdicts = {claim: (verdict, evidence) for claim, verdict, evidence in fig2.claims(collected)}
+        assert verdicts[key][0] == expected
+        assert "paired difference -0.010" in verdicts[key][1]
+
+
 def test_a_tiny_study_writes_the_table_with_yardsticks_the_diagnostic_and_the_verdicts(tmp_path: Path) -> None:
     study = dataclasses.replace(
         STUDIES["bayesdag-fig2"],
