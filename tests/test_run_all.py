@@ -1,6 +1,5 @@
 """run_all.py end to end: listing, refusing bad input before any work, resuming after a kill."""
 
-import argparse
 import errno
 import itertools
 import json
@@ -15,9 +14,11 @@ import pytest
 
 from suite import checkpoints as ckpt
 from suite import parallel as par
-from suite.cli import _seeds_for, _validate, build_parser, main, plan_runs
+from suite.cli import build_parser, grid_from_argv, main
 from suite.records import RunKey
 from suite.registry import available_methods, make_method, make_problem, method_class
+from suite.run import GridSpec, PlannedRun, place, plan_grid
+from suite.run.plan import seeds_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -121,22 +122,23 @@ def test_leaderboards_show_earlier_runs_of_other_methods(tmp_path: Path, capsys:
     assert "rjmcmc-naive" in board and "rjmcmc-baseline" in board
 
 
+def _plan(argv: list[str]) -> list[PlannedRun]:
+    """The runs ``tdbench run ARGV`` plans."""
+    return plan_grid(*grid_from_argv(argv)).runs
+
+
 def test_method_options_reach_the_method_and_the_run_key(tmp_path: Path) -> None:
     argv = ["--problems", "sas", "--methods", "rjmcmc-baseline", "--profile", "smoke", "--seeds", "1"]
-    args = build_parser().parse_args([*argv, "--out", str(tmp_path), "--option", "rjmcmc-baseline.num_chains=64"])
-    plan, _ = plan_runs(args, _validate(args))
+    plan = _plan([*argv, "--out", str(tmp_path), "--option", "rjmcmc-baseline.num_chains=64"])
     assert plan[0].method.num_chains == 64 and plan[0].key.config["method_options"]["num_chains"] == 64
-    default = build_parser().parse_args([*argv, "--out", str(tmp_path)])
-    assert plan_runs(default, _validate(default))[0][0].key.filename != plan[0].key.filename
+    assert _plan([*argv, "--out", str(tmp_path)])[0].key.filename != plan[0].key.filename
 
 
 def test_problem_options_reach_the_problem_and_the_run_key(tmp_path: Path) -> None:
     argv = ["--problems", "dag-mlp", "--methods", "vti-mcg", "--seeds", "1", "--out", str(tmp_path)]
-    args = build_parser().parse_args([*argv, "--problem-option", "dag-mlp.num_samples=64"])
-    plan, _ = plan_runs(args, _validate(args))
+    plan = _plan([*argv, "--problem-option", "dag-mlp.num_samples=64"])
     assert plan[0].problem.data.shape[0] == 64 and plan[0].key.config["problem_config"]["num_samples"] == 64
-    default = build_parser().parse_args(argv)
-    assert plan_runs(default, _validate(default))[0][0].key.filename != plan[0].key.filename
+    assert _plan(argv)[0].key.filename != plan[0].key.filename
 
 
 def test_workers_rebuild_the_problem_with_its_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -151,8 +153,7 @@ def test_workers_rebuild_the_problem_with_its_options(tmp_path: Path, monkeypatc
     monkeypatch.setattr(par, "gold_draws", lambda problem, num: None)
     monkeypatch.setattr(par, "_GOLD", {})  # the fake draws must not stay cached for later runs in this process
     argv = ["--problems", "dag-mlp", "--methods", "vti-mcg", "--seeds", "1", "--out", str(tmp_path)]
-    args = build_parser().parse_args([*argv, "--problem-option", "dag-mlp.num_samples=64"])
-    key = plan_runs(args, _validate(args))[0][0].key
+    key = _plan([*argv, "--problem-option", "dag-mlp.num_samples=64"])[0].key
     par.run_spec(par.RunSpec(key, {}, "smoke", 4096, "cpu", 10, tmp_path, 2, 1, {"num_samples": 64}))
     assert seen["rows"] == 64
 
@@ -237,20 +238,20 @@ def test_an_interrupted_vti_run_resumes_from_its_checkpoint(
 
 
 def test_methods_may_ask_for_fewer_default_seeds() -> None:
-    quick = argparse.Namespace(profile="quick", seeds=2, seeds_given=False)
-    assert _seeds_for(make_method("vti-surrogate"), quick) == 1
-    assert _seeds_for(make_method("rjmcmc-baseline"), quick) == 2
-    assert _seeds_for(make_method("vti-surrogate"), argparse.Namespace(profile="quick", seeds=5, seeds_given=True)) == 5
+    quick = GridSpec(problems="sas", methods="vti-surrogate,rjmcmc-baseline", profile="quick")
+    assert seeds_for(make_method("vti-surrogate"), quick) == 1
+    assert seeds_for(make_method("rjmcmc-baseline"), quick) == 2
+    given = GridSpec(problems="sas", methods="vti-surrogate", profile="quick", seeds=5)
+    assert seeds_for(make_method("vti-surrogate"), given) == 5
 
 
 def test_run_keys_change_with_the_profile_preset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Options left at None come from the profile's preset, so a changed preset gives new record names."""
-    args = build_parser().parse_args(["--problems", "sas", "--methods", "vti-surrogate", "--out", str(tmp_path)])
-    device = _validate(args)
-    before = plan_runs(args, device)[0][0].key
+    argv = ["--problems", "sas", "--methods", "vti-surrogate", "--out", str(tmp_path)]
+    before = _plan(argv)[0].key
     cls = type(make_method("vti-surrogate"))
     monkeypatch.setattr(cls, "profiles", {**cls.profiles, "quick": {**cls.profiles["quick"], "num_iterations": 1234}})
-    after = plan_runs(args, device)[0][0].key
+    after = _plan(argv)[0].key
     assert after.config["profile_preset"]["num_iterations"] == 1234
     assert before.filename != after.filename
 
@@ -423,13 +424,10 @@ def test_jobs_beyond_the_usable_cores_are_capped(
     tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(par, "usable_cores", lambda: 3)
-    args = build_parser().parse_args([*SMALL, "--jobs", "64", "--out", str(tmp_path)])
-    _validate(args)
-    assert args.jobs == 3
-    assert "note: --jobs 64 is more than the 3 usable CPU core(s); running 3 at a time" in capsys.readouterr().out
-    args = build_parser().parse_args([*SMALL, "--jobs", "2", "--out", str(tmp_path)])
-    _validate(args)
-    assert args.jobs == 2
+    placement = place(*grid_from_argv([*SMALL, "--jobs", "64", "--out", str(tmp_path)]))
+    assert placement.jobs == 3
+    assert "note: --jobs 64 is more than the 3 usable CPU core(s); running 3 at a time" in placement.notes
+    assert place(*grid_from_argv([*SMALL, "--jobs", "2", "--out", str(tmp_path)])).jobs == 2
 
 
 def test_records_of_another_profile_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -481,8 +479,7 @@ def test_workers_report_infrastructure_errors_as_runs_without_records(tmp_path: 
     """An error outside the method in a real worker (here: the record cannot be written) is a failed run, no record."""
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    args = build_parser().parse_args([*SMALL, "--out", str(tmp_path / "ok")])
-    plan, _ = plan_runs(args, _validate(args))
+    plan = _plan([*SMALL, "--out", str(tmp_path / "ok")])
     spec = par.RunSpec(plan[0].key, plan[0].method.options(), "smoke", 4096, "cpu", 300, blocker, 2, 1)
     outcomes = list(par.run_in_workers([spec, spec], jobs=2, threads=1))
     assert [status for _, status, _ in outcomes] == ["failed", "failed"]
@@ -571,8 +568,7 @@ def test_quick_runs_get_their_problems_time_budget_and_others_their_iterations(t
         ("paper", ["--time-budget", "7"], 7.0),
     ]:
         argv = ["--problems", "sas", "--methods", "rjmcmc-baseline", "--profile", profile, *flags]
-        args = build_parser().parse_args([*argv, "--out", str(tmp_path / profile)])
-        plan, _ = plan_runs(args, _validate(args))
+        plan = _plan([*argv, "--out", str(tmp_path / profile)])
         assert {run.time_budget_s for run in plan} == {expected}
         assert {run.key.config["time_budget_s"] for run in plan} == {expected}
 

@@ -298,7 +298,7 @@ BAYESDAG_FIG2 = Study(
         Variant(ORDER, "order-mcmc", {}),
     ),
     metric="mmd",
-    run_arguments=("--profile", "paper", "--seeds", "1", "--no-progress"),
+    grid={"profile": "paper", "seeds": 1},
     paper_source="BayesDAG paper Fig. 2 (a plot, no numbers) and Sec. 6.1.1's claims",
     figure=plot_fig2,
     details=fig2_details,

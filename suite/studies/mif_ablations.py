@@ -57,6 +57,6 @@ MIF_ABLATIONS = Study(
         for label, method, options in _VARIANTS
     ),
     metric="neg_elbo",
-    run_arguments=("--profile", "quick", "--no-time-budget", "--seeds", "3", "--no-progress"),
+    grid={"profile": "quick", "no_time_budget": True, "seeds": 3},
     paper_source="MIF paper Table 2 (-ELBO; 100,000 iterations, best of six learning rates)",
 )

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import html
-import io
-import json
 import math
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +16,7 @@ import pandas as pd
 from suite.leaderboard import mean_and_se
 from suite.plots import plt, write_figure
 from suite.records import load_records
+from suite.run import Execution, GridSpec, UsageError, run_grid
 
 
 @dataclass(frozen=True)
@@ -45,8 +44,8 @@ class Study:
     problems: tuple[str, ...]
     variants: tuple[Variant, ...]
     metric: str
-    #: Arguments every variant's run gets (profile, seeds, budget), as ``tdbench run`` flags.
-    run_arguments: tuple[str, ...]
+    #: :class:`~suite.run.GridSpec` fields every variant's grid gets (profile, seeds, budget).
+    grid: Mapping[str, Any]
     paper_source: str
     #: Lower is better for ``metric``.
     lower_is_better: bool = True
@@ -56,19 +55,25 @@ class Study:
     figure: Callable[[Study, Path], Path | None] | None = None
     #: More of the records in Markdown, printed and written after the main table: (study, folder) -> text.
     details: Callable[[Study, Path], str] | None = None
+    #: :class:`~suite.run.Execution` fields every variant's run gets (jobs, progress); ``out`` and ``force`` are set.
+    execution: Mapping[str, Any] = field(default_factory=lambda: {"progress": False})
 
-    def run_argv(
+    def variant_grid(
         self, variant: Variant, out: Path, seeds: int | None, force: bool, data_sets: int | None = None
-    ) -> list[str]:
-        """The ``tdbench run`` arguments of one variant."""
-        argv = ["--problems", ",".join(self.problems), "--methods", variant.method, "--out", str(out / variant.slug)]
-        argv += list(self.run_arguments)
+    ) -> tuple[GridSpec, Execution]:
+        """The grid of one variant (its method and options on the study's problems) and where it runs."""
+        values = dict(self.grid)
         if seeds is not None:
-            argv += ["--seeds", str(seeds)]
+            values["seeds"] = seeds
         if data_sets is not None:
-            argv += ["--data-sets", str(data_sets)]
-        argv += [f"--option={variant.method}.{key}={json.dumps(value)}" for key, value in variant.options.items()]
-        return [*argv, "--force"] if force else argv
+            values["data_sets"] = data_sets
+        spec = GridSpec(
+            problems=self.problems,
+            methods=(variant.method,),
+            method_options={variant.method: dict(variant.options)} if variant.options else {},
+            **values,
+        )
+        return spec, Execution(out=out / variant.slug, force=force, **self.execution)
 
     def run(self, out: Path, seeds: int | None = None, force: bool = False, data_sets: int | None = None) -> int:
         """Run the study (:func:`run_study`); the exit code."""
@@ -167,25 +172,26 @@ def run_study(
     study: Study, out: Path, seeds: int | None = None, force: bool = False, data_sets: int | None = None
 ) -> int:
     """Run every variant (finished runs are kept), then write and print the comparison; the exit code."""
-    from suite.cli import main
-
     out.mkdir(parents=True, exist_ok=True)
     print(f"Study {study.name}: {study.description}\nResults in {out}; each variant's runs in {out}/<variant>/")
     if study.prepare is not None:
         study.prepare(out)
     status = 0
     for variant in study.variants:
-        argv = study.run_argv(variant, out, seeds, force, data_sets)
         start = time.perf_counter()
         log = out / f"{variant.slug}.log"
-        buffer = io.StringIO()
-        with contextlib.redirect_stdout(buffer):  # the per-variant leaderboards go to its log; progress bars stay
-            code = main(["run", *argv])
-        log.write_text(f"tdbench run {' '.join(argv)}\n{buffer.getvalue()}")
-        print(f"  {variant.label}: exit {code} in {time.perf_counter() - start:.0f} s (log: {log})")
-        if code == 2:
-            print(buffer.getvalue())
+        lines: list[str] = []
+        try:
+            spec, execution = study.variant_grid(variant, out, seeds, force, data_sets)
+            lines.append(f"{spec}\n{execution}")
+            outcome = run_grid(spec, execution, echo=lines.append)  # the leaderboards go to the log
+        except UsageError as exc:
+            print(f"tdbench study: error: {variant.label}: {exc}", file=sys.stderr)
             return 2
+        finally:
+            log.write_text("\n".join(lines) + "\n")
+        code = outcome.status
+        print(f"  {variant.label}: exit {code} in {time.perf_counter() - start:.0f} s (log: {log})")
         status = max(status, code)
     table = study.table(out)
     table.to_csv(out / f"{study.name}.csv", index=False)

@@ -19,6 +19,9 @@ from suite import cli
 from suite.describe import describe, method_option_rows
 from suite.method import PROFILES
 from suite.registry import available_methods, available_problems, method_class
+from suite.report import NOT_APPLICABLE_FILE
+from suite.run import Skipped, plan_grid
+from suite.run.grid import save_not_applicable
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["--profile", "smoke", "--seeds", "1", "--eval-draws", "300", "--jobs", "1", "--no-progress"]
@@ -178,7 +181,7 @@ def test_run_all_takes_exactly_the_arguments_of_tdbench_run(tmp_path: Path) -> N
     argv = [*SMALL, *PLAN, "--out", str(tmp_path), "--option", "rjmcmc-baseline.num_chains=64"]
     from_alias, from_sub = alias.parse_args(argv), sub.parse_args(argv)
     assert vars(from_alias) == vars(from_sub)
-    plans = [cli.plan_runs(args, cli._validate(args))[0] for args in (from_alias, from_sub)]
+    plans = [plan_grid(*cli.grid_from_args(args)).runs for args in (from_alias, from_sub)]
     assert [run.key.filename for run in plans[0]] == [run.key.filename for run in plans[1]] != []
 
 
@@ -190,7 +193,7 @@ def test_a_run_sums_up_what_does_not_apply_and_ends_with_the_report_path(smoke: 
     assert "note:" not in printed
     expected = f"Report: {out / 'index.html'}" if (out / "index.html").is_file() else f"Results: {out}/"
     assert lines[-1] == expected
-    stored = json.loads((out / cli.NOT_APPLICABLE_FILE).read_text())
+    stored = json.loads((out / NOT_APPLICABLE_FILE).read_text())
     assert [(row["problem"], row["method"]) for row in stored] == [("sas", "dagma")]
 
 
@@ -244,10 +247,10 @@ def test_report_names_a_corrupt_not_applicable_file(
     smoke: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     copy, _ = _copy_results(smoke[0], tmp_path)
-    (copy / cli.NOT_APPLICABLE_FILE).write_text('{"half": ')
+    (copy / NOT_APPLICABLE_FILE).write_text('{"half": ')
     assert cli.main(["report", str(copy)]) == 2
     err = capsys.readouterr().err
-    assert str(copy / cli.NOT_APPLICABLE_FILE) in err and "delete it" in err
+    assert str(copy / NOT_APPLICABLE_FILE) in err and "delete it" in err
 
 
 BLOCKER = textwrap.dedent(
@@ -280,9 +283,9 @@ def test_report_runs_where_problems_and_methods_cannot_be_imported(smoke: tuple[
 
 def test_not_applicable_pairs_accumulate_across_runs_into_one_folder(tmp_path: Path) -> None:
     """Each run adds its pairs (a newer reason replaces an older one), so `report` shows those of every run."""
-    cli.save_not_applicable(tmp_path, [cli.Skipped("sas", "dagma", "old"), cli.Skipped("funnel", None, "gone")])
-    cli.save_not_applicable(tmp_path, [cli.Skipped("sas", "dagma", "new"), cli.Skipped("block-vs", "dagma", "no")])
-    rows = json.loads((tmp_path / cli.NOT_APPLICABLE_FILE).read_text())
+    save_not_applicable(tmp_path, [Skipped("sas", "dagma", "old"), Skipped("funnel", None, "gone")])
+    save_not_applicable(tmp_path, [Skipped("sas", "dagma", "new"), Skipped("block-vs", "dagma", "no")])
+    rows = json.loads((tmp_path / NOT_APPLICABLE_FILE).read_text())
     assert rows == [
         {"problem": "block-vs", "method": "dagma", "reason": "no"},
         {"problem": "sas", "method": "dagma", "reason": "new"},
@@ -300,8 +303,7 @@ def test_list_subcommand_and_the_run_flag_print_the_same(capsys: pytest.CaptureF
 
 
 def _plan(argv: list[str], tmp_path: Path) -> list:
-    args = cli.build_parser("run_all.py").parse_args([*argv, "--out", str(tmp_path)])
-    return cli.plan_runs(args, cli._validate(args))[0]
+    return plan_grid(*cli.grid_from_argv([*argv, "--out", str(tmp_path)])).runs
 
 
 def test_problems_with_several_data_sets_are_planned_once_per_data_seed(tmp_path: Path) -> None:
@@ -345,6 +347,6 @@ def test_methods_all_leaves_out_methods_planned_only_in_other_profiles(tmp_path:
     argv = ["--problems", "linear-dag-bge-er", "--profile", "quick", "--seeds", "1", "--data-sets", "1"]
     everything = {run.method.name for run in _plan(argv, tmp_path)}
     assert "order-mcmc" in everything and not everything & {"dibs", "bges"}
-    args = cli.build_parser("run_all.py").parse_args([*argv, "--methods", "bges", "--out", str(tmp_path)])
-    planned, skipped = cli.plan_runs(args, cli._validate(args))
+    grid = plan_grid(*cli.grid_from_argv([*argv, "--methods", "bges", "--out", str(tmp_path)]))
+    planned, skipped = grid.runs, grid.skipped
     assert [run.method.name for run in planned] == ["bges"] or [s.method for s in skipped] == ["bges"]

@@ -16,9 +16,10 @@ import pytest
 import torch
 
 from suite import data
-from suite.cli import _validate, build_parser, plan_runs
+from suite.cli import grid_from_argv
 from suite.reference import store
 from suite.registry import make_problem
+from suite.run import plan_grid
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Everything a wheel is built from (the packages, and the files pyproject names).
@@ -65,8 +66,8 @@ def test_a_missing_required_reference_makes_the_problem_unavailable(
     assert store.reference_problem(make_problem("sas")) is None  # exact ground truth
     assert store.reference_problem(make_problem("gmm-2d")) is None  # declared impossible: runs, scored without one
 
-    args = build_parser().parse_args(["--problems", "robust-vs,sas", "--methods", "rjmcmc-baseline", *SMOKE[:2]])
-    plan, notes = plan_runs(args, _validate(args))
+    grid = plan_grid(*grid_from_argv(["--problems", "robust-vs,sas", "--methods", "rjmcmc-baseline", *SMOKE[:2]]))
+    plan, notes = grid.runs, grid.skipped
     assert {run.key.problem for run in plan} == {"sas"}
     assert [(note.problem, note.method, note.reason) for note in notes] == [("robust-vs", None, reason)]
 

@@ -15,8 +15,9 @@ import pytest
 from suite import parallel as par
 
 ROOT = Path(__file__).resolve().parents[2]
-#: Generous: a loaded CI machine may take seconds to schedule a dying process.
-GONE_WITHIN_S = 20.0
+#: Generous: a worker killed in its first seconds ends only once it has imported the suite and armed its watchdog
+#: (suite/parallel.py), which took over 20 s on a 2-core machine running two other jobs. Waited only on survivors.
+GONE_WITHIN_S = 90.0
 
 
 def _marked(marker: str) -> list[int]:
@@ -115,11 +116,11 @@ def test_a_worker_without_its_parent_ends_itself() -> None:
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc (Linux)")
 def test_a_dead_worker_fails_the_remaining_runs_without_raising(tmp_path: Path) -> None:
     """Killing the workers breaks the pool: every run is still reported (as failed, no record), nothing is raised."""
-    from suite.cli import _validate, build_parser, plan_runs
+    from suite.cli import grid_from_argv
+    from suite.run import plan_grid
 
     argv = ["--problems", "sas", "--methods", "rjmcmc-baseline", "--profile", "smoke", "--seeds", "6"]
-    args = build_parser().parse_args([*argv, "--no-progress", "--eval-draws", "300", "--out", str(tmp_path)])
-    plan, _ = plan_runs(args, _validate(args))
+    plan = plan_grid(*grid_from_argv([*argv, "--no-progress", "--eval-draws", "300", "--out", str(tmp_path)])).runs
     specs = [par.RunSpec(run.key, run.method.options(), "smoke", 4096, "cpu", 300, tmp_path, 2, 1) for run in plan]
     outcomes = []
     for outcome in par.run_in_workers(specs, jobs=2, threads=1):

@@ -25,7 +25,7 @@ def test_the_study_has_the_issues_rows_on_the_authors_benchmark() -> None:
         ("bges", {}),
         ("order-mcmc", {}),
     ]
-    assert "--profile" in study.run_arguments and "paper" in study.run_arguments
+    assert study.grid["profile"] == "paper"
     assert make_problem("linear-dag-bge-er").data_sets["paper"] == 30
 
 
@@ -93,7 +93,8 @@ def test_a_tiny_study_writes_the_table_with_yardsticks_the_diagnostic_and_the_ve
             fig2.Variant(fig2.AUTHORS, "bayesdag", {"num_iterations": 20, "num_chains": 3}),
             fig2.Variant(fig2.BGES, "bges", {}),
         ),
-        run_arguments=("--profile", "smoke", "--seeds", "1", "--no-progress", "--jobs", "1"),
+        grid={"profile": "smoke", "seeds": 1},
+        execution={"progress": False, "jobs": 1},
     )
     assert run_study(study, tmp_path, data_sets=1) == 0
     text = (tmp_path / "tiny-fig2.md").read_text()

@@ -21,7 +21,8 @@ TINY = Study(
         Variant("MIF (w/o t_i)", "mif", {**TINY_TRAINING, "hidden": 0, "translation": False}, {"funnel": 0.38}),
     ),
     metric="neg_elbo",
-    run_arguments=("--profile", "smoke", "--seeds", "2", "--no-progress", "--jobs", "1"),
+    grid={"profile": "smoke", "seeds": 2},
+    execution={"progress": False, "jobs": 1},
     paper_source="MIF paper Table 2",
 )
 
@@ -42,12 +43,11 @@ def test_mif_ablations_follow_table_2() -> None:
     }
 
 
-def test_run_arguments_name_the_variant_folder_and_options(tmp_path: Path) -> None:
-    argv = MIF_ABLATIONS.run_argv(MIF_ABLATIONS.variants[3], tmp_path, seeds=1, force=True)
-    assert argv[argv.index("--out") + 1] == str(tmp_path / "mif-w-o-t-i")
-    assert "--option=mif.translation=false" in argv and argv[-1] == "--force"
-    assert argv[argv.index("--seeds", argv.index("--no-progress")) + 1] == "1"  # after the study's own --seeds
-    assert argv[argv.index("--methods") + 1] == "mif"
+def test_a_variant_grid_names_the_variant_folder_and_options(tmp_path: Path) -> None:
+    spec, execution = MIF_ABLATIONS.variant_grid(MIF_ABLATIONS.variants[3], tmp_path, seeds=1, force=True)
+    assert execution.out == tmp_path / "mif-w-o-t-i" and execution.force and not execution.progress
+    assert spec.method_options["mif"]["translation"] is False and spec.methods == ("mif",)
+    assert spec.seeds == 1 and spec.no_time_budget and spec.profile == "quick"  # the caller's seeds win
 
 
 def test_a_small_study_runs_end_to_end_and_writes_its_table(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -21,7 +21,8 @@ TINY = dataclasses.replace(
         ),
         VTI_CARDINALITY.variants[-1],
     ),
-    run_arguments=("--profile", "smoke", "--seeds", "1", "--no-progress", "--jobs", "1"),
+    grid={"profile": "smoke", "seeds": 1},
+    execution={"progress": False, "jobs": 1},
 )
 
 

@@ -25,7 +25,8 @@ TINY = Study(
         ),
     ),
     metric="model_prob_tv",
-    run_arguments=("--profile", "smoke", "--seeds", "1", "--no-progress", "--jobs", "1"),
+    grid={"profile": "smoke", "seeds": 1},
+    execution={"progress": False, "jobs": 1},
     paper_source="VTI Fig. 2",
     prepare=functools.partial(
         make_references,

@@ -1,0 +1,301 @@
+"""Running a grid: :func:`run_grid` plans a :class:`GridSpec`, executes its unfinished runs and writes the report.
+
+Each run is claimed first (:mod:`suite.claims`), executed in this process, in worker processes or as a Dask task,
+and its record written as soon as it is done; an interrupted grid resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from suite import claims
+from suite import parallel as par
+from suite import records as rec
+from suite.grid import shard_of
+from suite.report import NOT_APPLICABLE_FILE, write_report
+from suite.run.plan import PlannedRun, Skipped, earlier_records, plan
+from suite.run.spec import Execution, GridSpec, Placement, UsageError, place
+from suite.terminal import summarise_not_applicable
+
+#: Key marking a run whose worker ended without writing its record (a crash, not a method's failure).
+LOST = "lost"
+
+Echo = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class PlannedGrid:
+    """A grid checked against its execution and planned: its placement, runs (this shard's), notes and full size."""
+
+    placement: Placement
+    runs: list[PlannedRun]
+    skipped: list[Skipped]
+    grid_size: int
+
+
+@dataclass(frozen=True)
+class GridOutcome:
+    """What a grid left: the plan's records (lost runs marked ``LOST``), the report's text, the seconds it took."""
+
+    records: list[dict]
+    report: str | None
+    seconds: float
+
+    @property
+    def lost(self) -> list[dict]:
+        """Runs that ended without a record (a worker crashed, an error outside the method)."""
+        return [record for record in self.records if record.get(LOST)]
+
+    @property
+    def failed(self) -> list[dict]:
+        """Runs whose method failed (results, with their reasons)."""
+        return [record for record in self.records if record.get("status") != "ok" and not record.get(LOST)]
+
+    @property
+    def status(self) -> int:
+        """The exit status: 1 when a run ended without its record, else 0."""
+        return 1 if self.lost else 0
+
+
+def plan_grid(spec: GridSpec, execution: Execution) -> PlannedGrid:
+    """Place ``spec`` on ``execution`` and plan it; with a shard, only that slice's runs. UsageError when bad."""
+    placement = place(spec, execution)
+    runs, skipped = plan(spec, placement.device)
+    size = len(runs)
+    if execution.shard_slice is not None:
+        runs = shard_of(runs, *execution.shard_slice)
+    return PlannedGrid(placement, runs, skipped, size)
+
+
+def run_grid(spec: GridSpec, execution: Execution, echo: Echo = print) -> GridOutcome:
+    """Plan ``spec``, run its unfinished runs as ``execution`` says and, unless it is one shard, write the report.
+
+    Messages (notes, progress lines, the leaderboards) go to ``echo``. Bad input raises :class:`UsageError` before
+    any run; KeyboardInterrupt and a full disk propagate, with every finished record kept.
+
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from suite.run import Execution, GridSpec, run_grid
+    >>> spec = GridSpec(problems="sas", methods="rjmcmc-baseline", profile="smoke", seeds=1, eval_draws=300)
+    >>> outcome = run_grid(spec, Execution(Path(tempfile.mkdtemp()), jobs=1, progress=False), echo=lambda text: None)
+    >>> [(record["method"], record["status"]) for record in outcome.records], outcome.status
+    ([('rjmcmc-baseline', 'ok')], 0)
+    """
+    grid = plan_grid(spec, execution)
+    for note in grid.placement.notes:
+        echo(note)
+    for note in grid.skipped:
+        if note.method is None:
+            echo(f"note: {note}")
+    for line in summarise_not_applicable([note.as_record() for note in grid.skipped if note.method is not None]):
+        echo(line)
+    out, device = execution.out, grid.placement.device
+    shard = "" if execution.shard_slice is None else f" (shard {execution.shard} of a grid of {grid.grid_size})"
+    echo(f"Profile {spec.profile}: {len(grid.runs)} runs{shard} on {device} ({spec.dtype}), results in {out}")
+    start = time.perf_counter()
+    try:  # a cluster is reached (or started) only when some run is left to do
+        unfinished = execution.force or not all(rec.is_finished(out, planned.key) for planned in grid.runs)
+        session = open_session(execution, grid.placement, echo) if unfinished else None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        records = execute(grid.runs, spec, execution, grid.placement, session, echo)
+        report = None
+        if execution.shard_slice is None:  # shards end at different times: one report of all of them comes after
+            report = _report(spec, execution, grid, records, echo)
+    finally:
+        if session is not None:
+            session.close()
+    return GridOutcome(records, report, time.perf_counter() - start)
+
+
+def _report(spec: GridSpec, execution: Execution, grid: PlannedGrid, records: list[dict], echo: Echo) -> str:
+    """Write the report of the plan's records with the earlier ones of other methods; echo and return its text."""
+    out = execution.out
+    earlier = earlier_records(spec, out, grid.placement.device, grid.runs)
+    if earlier:
+        methods = sorted({record["method"] for record in earlier})
+        runs = f"{len(earlier)} earlier run{'s' if len(earlier) != 1 else ''}"
+        echo(f"\nThe leaderboards also show {runs} in {out} with the same settings: {', '.join(methods)}")
+    not_applicable = [note.as_record() for note in grid.skipped if note.method is not None]
+    if not_applicable:
+        save_not_applicable(out, grid.skipped)
+    text = write_report(records + earlier + not_applicable, out, spec.profile, execution.wide)
+    echo(text)
+    return text
+
+
+def open_session(execution: Execution, placement: Placement, echo: Echo = print) -> Any:
+    """The Dask session of the Dask executor (connected, or with the cluster it starts), else None."""
+    if execution.executor != "dask":
+        return None
+    from suite.dask_executor import DaskSession, DaskSettings  # optional dependency
+
+    settings = DaskSettings(
+        scheduler=execution.scheduler,
+        cluster=execution.cluster,
+        cluster_config=execution.cluster_config,
+        workers=placement.jobs,
+        retries=execution.retries,
+        gpu=placement.device.type == "cuda",
+    )
+    echo(f"Connecting to {settings.describe()} ...")
+    return DaskSession(settings)
+
+
+def execute(
+    runs: list[PlannedRun],
+    spec: GridSpec,
+    execution: Execution,
+    placement: Placement,
+    session: Any = None,
+    echo: Echo = print,
+) -> list[dict]:
+    """Execute unfinished runs (all with ``force``), each record written as soon as its run is done.
+
+    Each run is claimed first (:mod:`suite.claims`): a run another live process is running into the same folder
+    is left to it, and only the runs with records are returned. With a Dask ``session`` the runs are its tasks.
+    """
+    out, force = execution.out, execution.force
+    rec.remove_stale_temporaries(out)
+    todo = [run for run in runs if force or not rec.is_finished(out, run.key)]
+    held, busy = _claim(todo, out, force)
+    skipped = len(runs) - len(todo) + (len(todo) - len(held) - len(busy))  # recorded before, or while planning
+    if skipped:
+        echo(f"{skipped} of {len(runs)} runs already have records in {out} (use --force to re-run them)")
+    if busy:
+        echo(f"{len(busy)} of {len(runs)} runs are being run by another process into {out}; left to it")
+    todo = [run for run in todo if run.key.filename in held]
+    if force:
+        for run in todo:
+            par.checkpoint_file(out, run.key.filename, execution.checkpoint_dir).unlink(missing_ok=True)
+    jobs, threads = _layout(placement.jobs, len(todo), session)
+    if session is not None and todo:
+        where = session.settings.describe()
+        where += "" if session.settings.scheduler else f" ({session.address})"
+        echo(f"{len(todo)} runs as tasks on {where}, {threads} thread(s) a run")
+    elif session is None and jobs > 1:
+        echo(f"{len(todo)} runs in {jobs} worker processes, {threads} thread(s) each (--jobs 1: one at a time)")
+
+    def spec_of(run: PlannedRun) -> par.RunSpec:
+        return par.RunSpec(
+            run.key,
+            run.method.options(),
+            spec.profile,
+            spec.draws,
+            str(placement.device),
+            spec.eval_draws,
+            out,
+            jobs,
+            threads,
+            run.problem_options,
+            checkpoint_every_s=execution.checkpoint_every_s,
+            dtype=spec.dtype,
+            progress=jobs == 1 and session is None and execution.progress,
+            time_budget_s=run.time_budget_s,
+            replay=run.replay,
+            checkpoint_dir=execution.checkpoint_dir,
+            exclusive=not force,
+        )
+
+    by_key = {run.key.filename: run for run in todo}
+    bar = tqdm(total=len(todo), desc="runs", unit="run", disable=not execution.progress or None)
+    lost: dict[str, dict] = {}
+    if session is not None:
+        from suite.dask_executor import run_grid as run_tasks  # optional dependency
+
+        outcomes = run_tasks(session, [spec_of(run) for run in todo], by_key)
+    elif jobs > 1:
+        outcomes = par.run_in_workers([spec_of(run) for run in todo], jobs, threads)
+    else:
+        outcomes = _run_serially([spec_of(run) for run in todo], by_key, bar)
+    try:
+        for done, status, reason in outcomes:
+            bar.update(1)
+            key = done.key
+            if status != "ok":
+                tqdm.write(f"FAILED {key.problem} / {key.method} / seed {key.seed}: {reason}")
+            finished = rec.is_finished(out, key)
+            if not finished:  # the worker died before writing: shown, not saved (a rerun retries)
+                lost[key.filename] = {**dataclasses.asdict(key), "status": status, "reason": reason, LOST: True}
+            held.pop(key.filename).release(finished=finished)
+    finally:
+        for claim in held.values():
+            claim.release()
+        claims.remove_empty_locks_dir(out)
+    bar.close()
+    busy_names = {run.key.filename for run in busy}
+    return [
+        lost.get(run.key.filename) or rec.read_record(out, run.key)
+        for run in runs
+        if run.key.filename not in busy_names
+    ]
+
+
+def _claim(todo: list[PlannedRun], out: Path, force: bool) -> tuple[dict[str, claims.RunClaim], list[PlannedRun]]:
+    """Claim every run to do: (the claims held, by record name; the runs another live process holds)."""
+    claims.raise_open_file_limit()
+    held: dict[str, claims.RunClaim] = {}
+    busy: list[PlannedRun] = []
+    for run in todo:
+        claim = claims.RunClaim(out, run.key.filename)
+        if not claim.acquire():
+            busy.append(run)
+        elif not force and rec.is_finished(out, run.key):  # finished while we were planning
+            claim.release(finished=True)
+        else:
+            held[run.key.filename] = claim
+    return held, busy
+
+
+def _layout(jobs: int, num_runs: int, session: Any) -> tuple[int, int]:
+    """(runs side by side, torch threads per run) for the local pool or a Dask session."""
+    if session is None:
+        jobs = min(jobs, num_runs) if num_runs else 1
+        return jobs, max(1, torch.get_num_threads() // jobs) if jobs > 1 else torch.get_num_threads()
+    if session.cluster is not None and session.settings.cluster == "local":  # workers share this machine's cores
+        workers = session.settings.workers
+        return workers, max(1, torch.get_num_threads() // workers)
+    if session.slurm_config is not None:  # one task per worker process, each with its share of the job's cores
+        return max(1, session.task_slots()), session.slurm_config.cores_per_worker
+    return max(1, session.task_slots()), 1  # other machines: one thread a task, one task per core
+
+
+def _run_serially(specs: list[par.RunSpec], by_key: dict[str, PlannedRun], bar: Any) -> Iterator[Any]:
+    """Yield (spec, status, reason) running each spec in this process, on the planned objects."""
+    for spec in specs:
+        run = by_key[spec.key.filename]
+        bar.set_postfix_str(f"{spec.key.problem} / {spec.key.method} / seed {spec.key.seed}")
+        status, reason = par.run_spec(spec, run.problem, run.method)
+        yield spec, status, reason
+
+
+def save_not_applicable(out: Path, skipped: list[Skipped]) -> None:
+    """Add this run's not-applicable pairs to ``out/not_applicable.json``, so ``report`` shows them too."""
+    path = out / NOT_APPLICABLE_FILE
+    try:
+        earlier = json.loads(path.read_text()) if path.is_file() else []
+    except (OSError, ValueError):
+        earlier = []  # rewritten whole below
+    pairs = {(row["problem"], row["method"]): row for row in earlier if isinstance(row, dict) and "method" in row}
+    for note in skipped:
+        if note.method is not None:
+            pairs[(note.problem, note.method)] = {"problem": note.problem, "method": note.method, "reason": note.reason}
+    rows = [pairs[key] for key in sorted(pairs, key=lambda key: (str(key[0]), str(key[1])))]
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(rows, indent=1) + "\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
