@@ -190,3 +190,26 @@ def test_a_diverging_sampler_is_a_failed_run() -> None:
     result = resolve_and_run(make_method("bayesdag"), problem, RunContext(seed=0, profile="smoke"))
     assert result.status == "failed" and "non-finite U" in result.reason
     assert result.model_probs is None and result.diagnostics["iterations"] == 50
+
+
+@pytest.mark.parametrize("chains", [1, 4])
+def test_the_summed_phi_entropy_weighs_q_phi_entropy_chains_times(monkeypatch: pytest.MonkeyPatch, chains: int) -> None:
+    """phi_entropy="summed" (the authors' code) gives every chain's ELBO the entropy of all C chains: with the
+    likelihood and the sparsity penalty switched off, phi's gradient is exactly C times the per-chain one."""
+    from methods.bayesdag import method as module
+
+    monkeypatch.setattr(module.bd, "log_likelihood", lambda model, theta, graph, x: torch.zeros(graph.shape[0]))
+    problem = make_problem("linear-dag-bge-er", data_seed=0)
+    gradients = {}
+    for phi_entropy in ("per_chain", "summed"):
+        method = make_method("bayesdag", num_chains=chains, lambda_sparse=0.0, phi_entropy=phi_entropy)
+        method = method.resolve(problem, "smoke")
+        run = module._Run(method, problem, RunContext(seed=0, profile="smoke", num_draws=10))
+        run._setup()
+        with torch.no_grad():  # logits away from 0, where the entropy's gradient vanishes
+            run.network.w3.normal_(generator=torch.Generator().manual_seed(1))
+        run.optimiser.step = lambda: None  # keep the gradients, move nothing
+        run._phi_step(run.x)
+        gradients[phi_entropy] = torch.cat([p.grad.flatten() for p in run.network.parameters() if p.grad is not None])
+    assert gradients["per_chain"].abs().sum() > 0
+    torch.testing.assert_close(gradients["summed"], chains * gradients["per_chain"], rtol=1e-10, atol=1e-14)
