@@ -1,7 +1,7 @@
 """tdbench suite: contracts, registry, harness, metrics, results and leaderboards.
 
 The names below are imported on first use (PEP 562), so that importing a submodule such as
-``suite.leaderboard`` does not import the registry: the report layer reads records without loading any
+``suite.report.leaderboard`` does not import the registry: the report layer reads records without loading any
 problem or method code.
 """
 
@@ -12,23 +12,23 @@ from typing import Any
 
 #: Public name -> module that defines it.
 _EXPORTS = {
-    "RunContext": "suite.context",
-    "RunningEstimate": "suite.context",
-    "Method": "suite.method",
-    "Result": "suite.method",
-    "BinarySpace": "suite.model_space",
-    "CategoricalSpace": "suite.model_space",
-    "ModelSpace": "suite.model_space",
-    "ExactTransport": "suite.problem",
-    "Problem": "suite.problem",
-    "available_methods": "suite.registry",
-    "available_problems": "suite.registry",
-    "make_method": "suite.registry",
-    "make_problem": "suite.registry",
-    "register_method": "suite.registry",
-    "register_problem": "suite.registry",
-    "Draws": "suite.types",
-    "ModelProbs": "suite.types",
+    "RunContext": "suite.core.context",
+    "RunningEstimate": "suite.core.context",
+    "Method": "suite.core.method",
+    "Result": "suite.core.method",
+    "BinarySpace": "suite.core.model_space",
+    "CategoricalSpace": "suite.core.model_space",
+    "ModelSpace": "suite.core.model_space",
+    "ExactTransport": "suite.core.problem",
+    "Problem": "suite.core.problem",
+    "available_methods": "suite.core.registry",
+    "available_problems": "suite.core.registry",
+    "make_method": "suite.core.registry",
+    "make_problem": "suite.core.registry",
+    "register_method": "suite.core.registry",
+    "register_problem": "suite.core.registry",
+    "Draws": "suite.core.types",
+    "ModelProbs": "suite.core.types",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from suite.draws_file import DrawsFileError, SavedDraws, load_draws
-from suite.records import RECORDS_DIR, load_records, record_problem
-from suite.results_table import COLUMN_DTYPES, RESULT_COLUMNS, record_name, results_frame
+from suite.results.draws_file import DrawsFileError, SavedDraws, load_draws
+from suite.results.records import RECORDS_DIR, load_records, record_problem
+from suite.results.table import COLUMN_DTYPES, RESULT_COLUMNS, record_name, results_frame
 
 __all__ = [
     "COLUMN_DTYPES",
@@ -106,7 +106,7 @@ def _record_and_folder(run: Any, root: str | os.PathLike[str] | None) -> tuple[d
 
 
 def draws(run: Any, root: str | os.PathLike[str] | None = None) -> SavedDraws:
-    """The posterior draws saved by a run, checked against its record (:class:`suite.draws_file.SavedDraws`).
+    """The posterior draws saved by a run, checked against its record (:class:`suite.results.draws_file.SavedDraws`).
 
     ``run`` is a draw file (``.npz``, read without a record to check it against), a record file (``.json``),
     a record from :func:`records`, a row of :func:`load`'s table, or a record dict with ``root`` its results

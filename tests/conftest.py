@@ -8,10 +8,10 @@ import pytest
 import torch
 from torch import Tensor
 
-from suite.model_space import BinarySpace
-from suite.problem import LOG_SQRT_2PI, Problem
-from suite.tensor_ops import rows
-from suite.types import Draws, ModelProbs
+from suite.core.model_space import BinarySpace
+from suite.core.problem import LOG_SQRT_2PI, Problem
+from suite.core.tensor_ops import rows
+from suite.core.types import Draws, ModelProbs
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from suite import checkpoints as ckpt
-from suite import parallel as par
 from suite.cli import build_parser, grid_from_argv, main
-from suite.records import RunKey
-from suite.registry import available_methods, make_method, make_problem, method_class
+from suite.core import checkpoint as ckpt
+from suite.core.registry import available_methods, make_method, make_problem, method_class
+from suite.results.records import RunKey
 from suite.run import GridSpec, PlannedRun, place, plan_grid
+from suite.run import parallel as par
 from suite.run.plan import seeds_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -371,8 +371,8 @@ def _no_run(*args: object, **kwargs: object) -> None:
 
 
 def test_option_validator_accepts_what_the_types_allow() -> None:
-    from suite.options import OptionError, check_option, method_annotations, problem_annotations
-    from suite.registry import method_class, problem_class
+    from suite.core.options import OptionError, check_option, method_annotations, problem_annotations
+    from suite.core.registry import method_class, problem_class
 
     rj = method_annotations(method_class("rjmcmc-baseline"))
     assert check_option("rj", "num_chains", None, rj["num_chains"]) is None
@@ -444,8 +444,8 @@ def test_failed_methods_are_results_and_leaderboards_state_their_profile(
     tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A run whose method failed is a result (exit 0, summarised); every leaderboard names its profile."""
-    from suite.method import Result
-    from suite.registry import method_class
+    from suite.core.method import Result
+    from suite.core.registry import method_class
 
     monkeypatch.setattr(method_class("rjmcmc-baseline"), "run", lambda self, *a: Result.failed("boom"))
     assert main([*SMALL, "--seeds", "2", "--out", str(tmp_path)]) == 0
@@ -489,7 +489,7 @@ def test_workers_report_infrastructure_errors_as_runs_without_records(tmp_path: 
 def test_disk_full_while_writing_a_record(
     tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from suite import records as rec
+    from suite.results import records as rec
 
     def full(out: Path, key: RunKey, record: dict, exclusive: bool = False) -> Path:
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -580,8 +580,8 @@ def test_a_timed_run_replayed_from_its_counts_gives_the_same_numbers(tmp_path: P
     argv = [*SMALL, "--methods", "rjmcmc-baseline,mf"]
     assert main([*argv, "--time-budget", "1.5", "--out", str(timed)]) == 0
     assert main([*argv, "--replay-counts", str(timed), "--out", str(replayed)]) == 0
-    from suite.compare import differences
-    from suite.records import load_records
+    from suite.report.compare import differences
+    from suite.results.records import load_records
 
     before, after = load_records(timed), load_records(replayed)
     assert len(before) == len(after) == 2 and all(r["status"] == "ok" for r in before + after)

@@ -88,12 +88,12 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from methods.bayesdag import model as bd
-from suite.context import BudgetTooSmall, RunContext
-from suite.dag import NOT_DAG_REASON, DAGProblem, graph_type
-from suite.method import Method, Result
-from suite.problem import Problem
-from suite.registry import register_method
-from suite.types import Draws, ModelProbs
+from suite.core.context import BudgetTooSmall, RunContext
+from suite.core.method import Method, Result
+from suite.core.problem import Problem
+from suite.core.registry import register_method
+from suite.core.types import Draws, ModelProbs
+from suite.graphs.dag import NOT_DAG_REASON, DAGProblem, LinearEdgeWeights, graph_type
 
 MODELS = ("linear", "mlp")
 NOISES = ("sampled", "adam")
@@ -333,19 +333,12 @@ class BayesDAG(Method):
 
 
 def linear_dag_slots(problem: Problem) -> Tensor | None:
-    """Flat positions ``i * d + j`` of a linear-dag problem's weight slots, or None when theta is not that layout.
+    """Flat positions ``i * d + j`` of the problem's edge weights in theta, or None when theta is not that layout.
 
-    linear-dag's theta is one weight per ordered pair (its ``model_space.slots``, edge parent -> child) and then
-    the d log noise variances, exactly the linear variant's Theta.
+    A problem offers them through ``suite.graphs.dag.LinearEdgeWeights`` (linear-dag: one weight per ordered
+    pair, then the d log noise variances, exactly the linear variant's Theta).
     """
-    from problems.linear_dag.problem import LinearDAG
-
-    if not isinstance(problem, LinearDAG):
-        return None
-    d, slots = problem.num_nodes, problem.model_space.slots
-    if problem.dim_max != len(slots) + d:  # a subclass with another theta layout
-        return None
-    return torch.tensor([parent * d + child for parent, child in slots], dtype=torch.int64)
+    return problem.edge_weight_positions() if isinstance(problem, LinearEdgeWeights) else None
 
 
 class _Run:

@@ -36,13 +36,13 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from suite.context import RunContext
-from suite.cpdag import cpdags
-from suite.dag import NOT_DAG_REASON, DAGProblem
-from suite.method import Method, Result
-from suite.problem import Problem
-from suite.registry import register_method
-from suite.types import ModelProbs
+from suite.core.context import RunContext
+from suite.core.method import Method, Result
+from suite.core.problem import Problem
+from suite.core.registry import register_method
+from suite.core.types import ModelProbs
+from suite.graphs.cpdag import cpdags
+from suite.graphs.dag import NOT_DAG_REASON, DAGProblem
 
 INSTALL_HINT = 'causal-learn is not installed: pip install -e ".[bges]"'
 EXPANSIONS = ("class", "one")
@@ -60,7 +60,7 @@ def library_version() -> str | None:
 
 
 def cpdag_of_ges(graph: np.ndarray) -> Tensor:
-    """causal-learn's ``GeneralGraph.graph`` ``[d, d]`` as a CPDAG in ``suite.cpdag``'s form (int64 ``[d, d]``).
+    """causal-learn's ``GeneralGraph.graph`` ``[d, d]`` as a CPDAG in ``suite.graphs.cpdag``'s form (int64 ``[d, d]``).
 
     causal-learn marks i -> j by ``graph[j, i] = 1, graph[i, j] = -1`` and i - j by -1 at both ends, so ``c[i, j]
     = 1`` exactly where ``graph[i, j] = -1``.

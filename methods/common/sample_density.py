@@ -16,8 +16,8 @@ import torch
 from torch import Tensor
 
 from methods.common.moments import grouped_moments, ridged_cholesky, shrunk_covariances
-from suite.problem import LOG_SQRT_2PI, Problem
-from suite.types import Draws, ModelProbs
+from suite.core.problem import LOG_SQRT_2PI, Problem
+from suite.core.types import Draws, ModelProbs
 
 EVAL_CHUNK = 8192
 

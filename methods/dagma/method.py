@@ -27,7 +27,7 @@ the last, ``max_iter`` for the last); a stage ends at its milestone (``lambda_{i
 (``DagmaNonlinear.fit``) is followed step for step, with the stage lengths set by the milestones instead of
 the profile's iteration counts. When the whole budget is spent at the end of a stage (a budget too small for
 one step per stage), the sweep stops and the graph is chosen among the lambdas finished; if none finished,
-:class:`suite.context.BudgetTooSmall` is raised.
+:class:`suite.core.context.BudgetTooSmall` is raised.
 """
 
 from __future__ import annotations
@@ -45,13 +45,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from suite.context import BudgetTooSmall, RunContext
-from suite.dag import NOT_DAG_REASON, DAGProblem, is_acyclic, transitive_closure
-from suite.dag_metrics import edge_f1
-from suite.method import Method, Result
-from suite.problem import Problem
-from suite.registry import register_method
-from suite.types import Draws, ModelProbs
+from suite.core.context import BudgetTooSmall, RunContext
+from suite.core.method import Method, Result
+from suite.core.problem import Problem
+from suite.core.registry import register_method
+from suite.core.types import Draws, ModelProbs
+from suite.graphs.dag import NOT_DAG_REASON, DAGProblem, is_acyclic, transitive_closure
+from suite.graphs.metrics import edge_f1
 
 SELECTIONS = ("oracle-f1", "bic")
 INSTALL_HINT = "the dagma package is not installed: pip install dagma"
@@ -175,7 +175,7 @@ class DAGMA(Method):
         return [self.warm_iter] * (self.num_stages - 1) + [self.max_iter]
 
     def supports(self, problem: Problem) -> str | None:
-        """DAG problems (``suite.dag.DAGProblem``), with a true graph for the oracle selection; needs ``dagma``."""
+        """DAG problems (``suite.graphs.dag.DAGProblem``) with a true graph (oracle selection); needs ``dagma``."""
         if not isinstance(problem, DAGProblem):
             return NOT_DAG_REASON
         if self.selection == "oracle-f1" and problem.true_adjacency is None:

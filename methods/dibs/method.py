@@ -11,7 +11,7 @@ particles are all cyclic fails.
 **Target** (``target``):
 
 * ``"problem"`` (default): the problem's own posterior, log p(G) + log p(D | G) from its per-node score table
-  (:class:`suite.dag.DecomposableScore`), with no separate soft-graph prior. On ``linear-dag-bge*`` the table is
+  (:class:`suite.graphs.dag.DecomposableScore`), with no separate soft-graph prior. On ``linear-dag-bge*`` the table is
   the BGe marginal likelihood (alpha_mu = 1, alpha_w = d + 2) plus the problem's graph prior; the library's own
   ``dibs.models.BGe`` agrees with it on all 29,281 DAGs up to one constant (spread 8e-4 nats, float32; the test
   ``test_library_bge_matches_the_problem``), so DiBS samples exactly the posterior it is scored against.
@@ -48,12 +48,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from suite.context import RunContext
-from suite.dag import NOT_DAG_REASON, DAGProblem, DecomposableScore, graph_type, is_acyclic
-from suite.method import Method, Result
-from suite.problem import Problem
-from suite.registry import register_method
-from suite.types import ModelProbs
+from suite.core.context import RunContext
+from suite.core.method import Method, Result
+from suite.core.problem import Problem
+from suite.core.registry import register_method
+from suite.core.types import ModelProbs
+from suite.graphs.dag import NOT_DAG_REASON, DAGProblem, DecomposableScore, graph_type, is_acyclic
 
 INSTALL_HINT = 'dibs-lib is not installed: pip install -e ".[dibs]" && pip install --no-deps dibs-lib==1.3.3'
 TARGETS = ("problem", "library")
@@ -137,7 +137,10 @@ class DiBS(Method):
         if not isinstance(problem, DAGProblem):
             return NOT_DAG_REASON
         if self.target == "problem" and not isinstance(problem, DecomposableScore):
-            return "the problem has no closed-form per-node scores (suite.dag.DecomposableScore) for target 'problem'"
+            return (
+                "the problem has no closed-form per-node scores (suite.graphs.dag.DecomposableScore) "
+                "for target 'problem'"
+            )
         if problem.num_models is None:
             return "q(G) is scored over an enumerated DAG space"
         if library_version() is None:

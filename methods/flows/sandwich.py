@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from suite.tensor_ops import row_sum
+from suite.core.tensor_ops import row_sum
 
 #: F: values in [0, 1] -> (F(values), log |det dF|), either elementwise (same shape) or summed per row ``[B]``.
 UnitMap = Callable[[Tensor], tuple[Tensor, Tensor]]

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from methods.flows.made import degree_mask
-from suite.problem import LOG_SQRT_2PI
+from suite.core.problem import LOG_SQRT_2PI
 
 #: (ordered z [M', n, D], model rows or None) -> (f, log g), each [M', n, D]; entry i depends on z_{<i} only.
 PriorFn = Callable[[Tensor, Tensor | None], tuple[Tensor, Tensor]]

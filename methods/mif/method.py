@@ -52,11 +52,11 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from methods.mif.families import GaussianVIP, ModelInformedFlow, VariationalFamily, num_parameters
-from suite.context import BudgetTooSmall, RunContext, RunningEstimate
-from suite.method import Method, Result
-from suite.problem import Problem
-from suite.registry import register_method
-from suite.types import Draws, ModelProbs
+from suite.core.context import BudgetTooSmall, RunContext, RunningEstimate
+from suite.core.method import Method, Result
+from suite.core.problem import Problem
+from suite.core.registry import register_method
+from suite.core.types import Draws, ModelProbs
 
 ORDERS = ("topological", "reversed")
 EVIDENCE = ("importance", "elbo")

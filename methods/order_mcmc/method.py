@@ -2,7 +2,7 @@
 
 A DAG baseline that mixes where edge-move MCMC does not: the space of orders (d! of them) is small and smooth,
 and every order stands for all the DAGs consistent with it, summed in closed form. It needs a problem whose
-log p(G) + log p(D | G) decomposes into per-node terms (:class:`suite.dag.DecomposableScore`: ``linear-dag*``,
+log p(G) + log p(D | G) decomposes into per-node terms (:class:`suite.graphs.dag.DecomposableScore`: ``linear-dag*``,
 ``linear-dag-bge*``) over an enumerated DAG space.
 
 q(G) is not the chains' empirical DAG frequencies but the Rao-Blackwellised, prior-corrected estimate of
@@ -23,12 +23,12 @@ from tqdm.auto import tqdm
 
 from methods.order_mcmc.estimator import DAGPosteriorFromOrders
 from methods.order_mcmc.orders import metropolis_step, order_log_score, order_rank, subset_logsumexp
-from suite.context import RunContext
-from suite.dag import NOT_DAG_REASON, DAGProblem, DecomposableScore
-from suite.method import Method, Result
-from suite.problem import Problem
-from suite.registry import register_method
-from suite.types import ModelProbs
+from suite.core.context import RunContext
+from suite.core.method import Method, Result
+from suite.core.problem import Problem
+from suite.core.registry import register_method
+from suite.core.types import ModelProbs
+from suite.graphs.dag import NOT_DAG_REASON, DAGProblem, DecomposableScore
 
 #: The correction tabulates p(G | order) for all d! orders and every DAG: enumerated spaces of at most this many.
 MAX_NODES = 5
@@ -72,7 +72,7 @@ class OrderMCMC(Method):
         if not isinstance(problem, DAGProblem):
             return NOT_DAG_REASON
         if not isinstance(problem, DecomposableScore):
-            return "the problem has no closed-form per-node scores (suite.dag.DecomposableScore)"
+            return "the problem has no closed-form per-node scores (suite.graphs.dag.DecomposableScore)"
         if problem.num_models is None or problem.num_nodes > MAX_NODES:
             return f"the DAG-prior correction enumerates all DAGs: at most {MAX_NODES} nodes"
         return None

@@ -20,12 +20,12 @@ from methods.common.moments import (
 )
 from methods.common.sample_density import fit_gaussian_per_model
 from methods.rjmcmc.kernels import ChainState, between_model_move, init_state, random_walk_move
-from suite.context import STOP, BudgetTooSmall, RunContext
-from suite.method import Method, Result
-from suite.problem import Problem
-from suite.registry import register_method
-from suite.tensor_ops import row_sum, rows
-from suite.types import Draws, ModelProbs
+from suite.core.context import STOP, BudgetTooSmall, RunContext
+from suite.core.method import Method, Result
+from suite.core.problem import Problem
+from suite.core.registry import register_method
+from suite.core.tensor_ops import row_sum, rows
+from suite.core.types import Draws, ModelProbs
 
 #: Chains are split into this many groups; the spread of the groups' visit
 #: frequencies gives the Monte Carlo standard error of the model probabilities.
@@ -81,7 +81,7 @@ class RJMCMCBaseline(Method):
     whole number of ``thin`` intervals; ``num_chains``, ``thin`` and the adaptation schedule come from the preset
     as without a budget. The kept draws grow with the run; past ``MAX_KEPT_VALUES`` parameter values every other
     kept row is dropped and the thinning doubles. A budget spent before any iteration after burn-in raises
-    :class:`suite.context.BudgetTooSmall`.
+    :class:`suite.core.context.BudgetTooSmall`.
 
     **Running estimates.** After burn-in a snapshot is the visit frequencies since burn-in ended, computed as the
     final result is (dense counts of every iteration on dense spaces, else the kept models so far), so the last

@@ -23,8 +23,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from suite.problem import LOG_SQRT_2PI, Problem
-from suite.tensor_ops import row_sum, standard_normal
+from suite.core.problem import LOG_SQRT_2PI, Problem
+from suite.core.tensor_ops import row_sum, standard_normal
 
 #: (model indices [C], their masks [C, D]) -> per-chain location and scale [C, D] of the jump's
 #: standardisation and the log-determinant sum of log scale over active coordinates [C].

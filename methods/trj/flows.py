@@ -39,8 +39,8 @@ from methods.flows.made import MADEConditioner
 from methods.flows.sandwich import log_sigmoid_derivative, logit, sigmoid_sandwich
 from methods.flows.splines import DERIVATIVE_AT_IDENTITY, rq_spline
 from methods.trj.transports import AffineTransport, active_log_prob
-from suite.problem import Problem, std_normal_log_prob
-from suite.tensor_ops import host_generator, row_sum
+from suite.core.problem import Problem, std_normal_log_prob
+from suite.core.tensor_ops import host_generator, row_sum
 
 NUM_LAYERS = 3
 NUM_BINS = 10

@@ -25,8 +25,8 @@ import torch
 from torch import Tensor
 
 from methods.rjmcmc.kernels import ChainState
-from suite.problem import ExactTransport, Problem, std_normal_log_prob
-from suite.tensor_ops import row_sum
+from suite.core.problem import ExactTransport, Problem, std_normal_log_prob
+from suite.core.tensor_ops import row_sum
 
 
 class JumpRecord(NamedTuple):

@@ -39,13 +39,13 @@ from methods.trj.sampler import (
     run_chains,
 )
 from methods.trj.transports import AffineTransport, transport_log_prob
-from suite.method import Method, Result
-from suite.problem import ExactTransport, Problem
-from suite.registry import register_method
-from suite.types import Draws, ModelProbs
+from suite.core.method import Method, Result
+from suite.core.problem import ExactTransport, Problem
+from suite.core.registry import register_method
+from suite.core.types import Draws, ModelProbs
 
 if TYPE_CHECKING:
-    from suite.context import RunContext
+    from suite.core.context import RunContext
 
 TRANSPORTS = ("rq", "affine", "exact", "standard", "lopes-west")
 ESTIMATORS = ("bbe", "visits")

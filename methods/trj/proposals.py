@@ -21,8 +21,8 @@ from torch import Tensor
 from methods.common.moments import grouped_moments, safe_cholesky
 from methods.rjmcmc.kernels import ChainState
 from methods.trj.kernels import JumpRecord, metropolis_jump
-from suite.problem import LOG_SQRT_2PI, Problem
-from suite.tensor_ops import row_sum, rows
+from suite.core.problem import LOG_SQRT_2PI, Problem
+from suite.core.tensor_ops import row_sum, rows
 
 #: Lopes & West's inverse-gamma shape for the noise variances.
 LW_SHAPE = 18.0

@@ -9,7 +9,7 @@ of models and per group of chains, so the Bartolucci bridge estimate of the
 model probabilities (:mod:`methods.trj.bbe`) and its jackknife standard error
 over chain groups come out of the run.
 
-The sampler reports to the run context (:mod:`suite.context`): its snapshots are the running bridge estimate
+The sampler reports to the run context (:mod:`suite.core.context`): its snapshots are the running bridge estimate
 (:func:`bridge_model_probs` on the statistics so far, without the jackknife), and in a budgeted run burn-in lasts
 until the ``burn_in`` milestone and sampling until the budget is spent (the kept draws then live in a bounded
 buffer that drops every second row and doubles the thinning when full).
@@ -31,13 +31,13 @@ from methods.common.moments import grouped_moments, safe_cholesky, shrunk_covari
 from methods.rjmcmc.kernels import ChainState, random_walk_move
 from methods.trj.bbe import PairStatistics
 from methods.trj.kernels import JumpRecord
-from suite.context import BudgetTooSmall
-from suite.problem import Problem
-from suite.tensor_ops import rows
-from suite.types import ModelProbs
+from suite.core.context import BudgetTooSmall
+from suite.core.problem import Problem
+from suite.core.tensor_ops import rows
+from suite.core.types import ModelProbs
 
 if TYPE_CHECKING:
-    from suite.context import RunContext
+    from suite.core.context import RunContext
 
 #: (state, proposed models, log jump ratios, generator) -> (new state, accept flags, proposal record).
 JumpFn = Callable[[ChainState, Tensor, Tensor, torch.Generator], tuple[ChainState, Tensor, JumpRecord]]

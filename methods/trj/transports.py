@@ -1,6 +1,6 @@
 """Per-model transports T_m between pi(theta | m) and N(0, I), acting on the active coordinates of saturated vectors.
 
-A transport has the methods of :class:`suite.problem.ExactTransport`:
+A transport has the methods of :class:`suite.core.problem.ExactTransport`:
 ``to_reference(model_index, theta) -> (z, log |det dz/dtheta|)`` and
 ``from_reference(model_index, z) -> (theta, log |det dtheta/dz|)``; inactive
 coordinates pass through unchanged. A problem with exact maps (``sas``) is a
@@ -13,8 +13,8 @@ import torch
 from torch import Tensor
 
 from methods.common.moments import grouped_moments, safe_cholesky, shrink_to_pooled, shrunk_covariances
-from suite.problem import Problem, std_normal_log_prob
-from suite.tensor_ops import row_sum, rows
+from suite.core.problem import Problem, std_normal_log_prob
+from suite.core.tensor_ops import row_sum, rows
 
 
 class AffineTransport:

@@ -13,7 +13,7 @@ learning rate, model-sampler warm-up) stretched over the iterations projected af
 budget (:mod:`methods.vti.training`); replicates share the budget equally. ``num_iterations`` then only sets the
 shape of the schedule (the warm-up's fraction, the restarts per run). The final q(m), draws and density are
 computed from the state at the stop, as without a budget. A budget that ends before the first iteration gives
-:class:`suite.context.BudgetTooSmall`.
+:class:`suite.core.context.BudgetTooSmall`.
 """
 
 from __future__ import annotations
@@ -35,12 +35,12 @@ from methods.vti.flows import FlowSpec, build_flow
 from methods.vti.made_plus import DiscreteVectorSpace, MADEPlusSampler, default_sfe_lr
 from methods.vti.model_samplers import CategoricalSampler, MADEBinarySampler, ModelSampler, SurrogateSampler
 from methods.vti.training import EXPLODED_LOSS, DivergenceError, RunLink, Trainer, TrainSettings, elbo_terms, train
-from suite.context import BudgetTooSmall, RunContext, RunningEstimate
-from suite.method import Method, Result
-from suite.model_space import BinarySpace
-from suite.problem import Problem
-from suite.registry import register_method
-from suite.types import Draws, ModelProbs
+from suite.core.context import BudgetTooSmall, RunContext, RunningEstimate
+from suite.core.method import Method, Result
+from suite.core.model_space import BinarySpace
+from suite.core.problem import Problem
+from suite.core.registry import register_method
+from suite.core.types import Draws, ModelProbs
 
 CONTEXTS = ("auto", "onehot", "problem")
 #: ``context="auto"`` one-hot encodes the model when the space has at most this many models.
@@ -232,7 +232,7 @@ class _VTIMethod(Method):
 
         Snapshots (module doc) are taken after every iteration where the run context asks for one, numbered by
         the iterations of all replicates so far. When the run context has a checkpoint slot
-        (:mod:`suite.checkpoints`), the state of the training in progress and the run context's (clock, counts,
+        (:mod:`suite.core.checkpoint`), the state of the training in progress and the run context's (clock, counts,
         trace) are saved every few minutes and after each replicate, and a later attempt of the same run
         continues from it with the same result and trace as an uninterrupted run.
         """
@@ -339,7 +339,7 @@ class _VTIMethod(Method):
             # Checkpoints of the per-tensor optimiser and nflows-layout MADEs (before issue 32's packing) differ.
             "state_format": 2,
         }
-        # Plain JSON values, so that the checkpoint stays loadable with weights_only=True (suite.checkpoints).
+        # Plain JSON values, so that the checkpoint stays loadable with weights_only=True (suite.core.checkpoint).
         return json.loads(json.dumps(identity, sort_keys=True, default=str))
 
     def _build(self, problem: Problem, context: RunContext, replicate: int) -> _Training:
@@ -411,7 +411,7 @@ class _Progress:
     """The replicates of one run finished so far and the checkpoint they are saved to (if the run context has one).
 
     A checkpoint holds the finished replicates, the best one's final state, the replicate in progress and the run
-    context's :meth:`~suite.context.RunContext.state_dict` (clock, counts and trace), restored on resuming.
+    context's :meth:`~suite.core.context.RunContext.state_dict` (clock, counts and trace), restored on resuming.
     """
 
     def __init__(self, context: RunContext, identity: dict[str, Any]) -> None:

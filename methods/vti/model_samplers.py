@@ -20,8 +20,8 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from methods.flows.made import IncrementalMADE, zeroed_made
-from suite.model_space import BinarySpace
-from suite.types import ModelProbs
+from suite.core.model_space import BinarySpace
+from suite.core.types import ModelProbs
 
 #: log p(m) as a function of int64 model indices, for spaces too large for a dense [M] table.
 LogPriorFn = Callable[[Tensor], Tensor]

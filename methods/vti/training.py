@@ -1,6 +1,6 @@
 """The VTI training loop shared by both model samplers (VTI Sec. 3, eqs. 9-11; the code reference's ``step``).
 
-**Time budgets.** In a budgeted run (:attr:`suite.context.RunContext.budgeted`) a training runs until the run
+**Time budgets.** In a budgeted run (:attr:`suite.core.context.RunContext.budgeted`) a training runs until the run
 context says stop (:class:`RunLink`). Its learning-rate schedule and the model sampler's warm-up are those of the
 preset stretched over a horizon: the iterations the budget is projected to allow, measured once the first
 ``CALIBRATION_FRACTION`` of the training's share of the budget is spent. The preset's schedule at iteration ``t``
@@ -26,10 +26,10 @@ from methods.common.flat_parameters import FlatParameters
 from methods.vti.balance import ModelLossBalance
 from methods.vti.cosmic import CoSMICFlow
 from methods.vti.model_samplers import ModelSampler
-from suite.problem import Problem
+from suite.core.problem import Problem
 
 if TYPE_CHECKING:
-    from suite.context import RunContext, RunningEstimate
+    from suite.core.context import RunContext, RunningEstimate
 
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 #: Consecutive iterations without a usable loss or gradient after which the run is declared diverged.

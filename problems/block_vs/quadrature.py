@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from suite.problem import Problem
+from suite.core.problem import Problem
 
 LogDensity = Callable[[Tensor], Tensor]
 

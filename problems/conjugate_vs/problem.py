@@ -29,12 +29,12 @@ from torch import Tensor
 from problems.conjugate_vs import posterior
 from problems.conjugate_vs.data import generate
 from problems.conjugate_vs.posterior import NOISES, PRIORS, ConjugatePrior, Sufficient
-from suite.backend import TORCH
-from suite.model_space import BinarySpace
-from suite.problem import Problem
-from suite.registry import register_problem, register_problem_variant
-from suite.tensor_ops import DeviceCache
-from suite.types import Draws, ModelProbs
+from suite.core.backend import TORCH
+from suite.core.model_space import BinarySpace
+from suite.core.problem import Problem
+from suite.core.registry import register_problem, register_problem_variant
+from suite.core.tensor_ops import DeviceCache
+from suite.core.types import Draws, ModelProbs
 
 #: Subsets per batched Cholesky chunk: 2^14 saturated 21 x 21 float64 matrices are about 58 MB each copy.
 CHUNK = 2**14

@@ -45,14 +45,13 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from problems.dag_mlp.space import PermutationDAGSpace
-from suite import data as data_files
-from suite.dag import graph_task_metrics
-from suite.dag_metrics import HIGHER_IS_BETTER
-from suite.metrics import Estimate
-from suite.problem import Problem
-from suite.registry import register_problem
-from suite.tensor_ops import DeviceCache
-from suite.types import Draws, ModelProbs
+from suite.core import data as data_files
+from suite.core.problem import Problem
+from suite.core.registry import register_problem
+from suite.core.tensor_ops import DeviceCache
+from suite.core.types import Draws, Estimate, ModelProbs
+from suite.graphs.metrics import HIGHER_IS_BETTER
+from suite.scoring.graphs import graph_task_metrics
 
 LOG_2PI = math.log(2 * math.pi)
 #: Data rows per likelihood chunk (the authors' 512).
@@ -168,7 +167,7 @@ class DAGMLP(Problem):
             source=lay.source, w1=lay.w1, b1=lay.b1, w2=lay.w2, b2=lay.b2, data_t=self.data.T.contiguous()
         )
 
-    # ------------------------------------------------------ suite.dag.DAGProblem
+    # ------------------------------------------------------ suite.graphs.dag.DAGProblem
     def adjacency(self, model_index: Tensor) -> Tensor:
         """Bool adjacency ``[B, d, d]`` (``A = P^T U P``; ``A[a, b]``: edge a -> b)."""
         return self.model_space.adjacency(model_index)
@@ -366,7 +365,7 @@ class SachsDAGMLP(DAGMLP):
 
     App. F.5 settings: with-bias MLPs of width 5, edge penalty gamma = 200, sigma = tau = 1. The data are
     log-transformed, centred per column and divided by the single standard deviation of all entries (the
-    authors' preprocessing). The files come from the data loader (``suite.data``); without them the problem is
+    authors' preprocessing). The files come from the data loader (``suite.core.data``); without them the problem is
     unavailable with a message saying what to put where.
     """
 

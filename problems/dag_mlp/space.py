@@ -23,7 +23,7 @@ import math
 import torch
 from torch import Tensor
 
-from suite.model_space import ModelSpace
+from suite.core.model_space import ModelSpace
 
 #: 11 nodes need 55 edge bits; 12 would need 66, more than one int64 word holds.
 MAX_NODES = 11

@@ -19,10 +19,10 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from suite.problem import LOG_SQRT_2PI
-from suite.registry import register_problem
-from suite.single_model import SingleModelProblem
-from suite.types import Draws
+from suite.core.problem import LOG_SQRT_2PI
+from suite.core.registry import register_problem
+from suite.core.single_model import SingleModelProblem
+from suite.core.types import Draws
 
 #: Rubin (1981): estimated treatment effects and their standard errors (schools A-H).
 Y = (28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0)

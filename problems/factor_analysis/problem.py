@@ -31,11 +31,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from suite.data import DataUnavailable, locate
-from suite.model_space import CategoricalSpace
-from suite.problem import LOG_SQRT_2PI, Problem
-from suite.registry import register_problem
-from suite.tensor_ops import DeviceCache, rows
+from suite.core.data import DataUnavailable, locate
+from suite.core.model_space import CategoricalSpace
+from suite.core.problem import LOG_SQRT_2PI, Problem
+from suite.core.registry import register_problem
+from suite.core.tensor_ops import DeviceCache, rows
 
 DATA_FILE = "fa_exchange_rates.npy"
 NUM_SERIES = 6

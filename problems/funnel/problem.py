@@ -13,10 +13,10 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from suite.problem import LOG_SQRT_2PI
-from suite.registry import register_problem
-from suite.single_model import SingleModelProblem
-from suite.types import Draws
+from suite.core.problem import LOG_SQRT_2PI
+from suite.core.registry import register_problem
+from suite.core.single_model import SingleModelProblem
+from suite.core.types import Draws
 
 SCALE_X1 = 3.0
 

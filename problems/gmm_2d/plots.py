@@ -12,8 +12,8 @@ import matplotlib.pyplot as plt
 import torch
 from torch import Tensor
 
-from suite.plots import save_figure
-from suite.types import Draws
+from suite.core.types import Draws
+from suite.report.plots import save_figure
 
 if TYPE_CHECKING:
     from problems.gmm_2d.problem import GaussianMixture2D

@@ -74,12 +74,11 @@ from typing import Any, ClassVar, NamedTuple
 import torch
 from torch import Tensor
 
-from suite.metrics import Estimate
-from suite.model_space import CategoricalSpace
-from suite.problem import Problem
-from suite.registry import register_problem
-from suite.tensor_ops import DeviceCache, row_sum, rows
-from suite.types import Draws, ModelProbs
+from suite.core.model_space import CategoricalSpace
+from suite.core.problem import Problem
+from suite.core.registry import register_problem
+from suite.core.tensor_ops import DeviceCache, row_sum, rows
+from suite.core.types import Draws, Estimate, ModelProbs
 
 #: True means are drawn uniformly on [0, MEAN_RANGE]^2.
 MEAN_RANGE = 10.0

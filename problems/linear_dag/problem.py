@@ -28,14 +28,13 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from problems.linear_dag.dag_space import DAGSpace
-from suite.dag import graph_task_metrics
-from suite.dag_metrics import HIGHER_IS_BETTER
-from suite.metrics import Estimate
-from suite.problem import Problem
-from suite.registry import register_problem
-from suite.tensor_ops import DeviceCache
-from suite.types import Draws, ModelProbs
+from suite.core.problem import Problem
+from suite.core.registry import register_problem
+from suite.core.tensor_ops import DeviceCache
+from suite.core.types import Draws, Estimate, ModelProbs
+from suite.graphs.dag_space import DAGSpace
+from suite.graphs.metrics import HIGHER_IS_BETTER
+from suite.scoring.graphs import graph_task_metrics
 
 LOG_2PI = math.log(2 * math.pi)
 
@@ -162,7 +161,7 @@ class LinearDAG(Problem):
         """Exact log p(D | G) for every DAG, ``[K]``."""
         return self._log_joint_evidence - self._log_model_prior
 
-    # ------------------------------------------------------ suite.dag.DAGProblem
+    # ------------------------------------------------------ suite.graphs.dag.DAGProblem
     def adjacency(self, model_index: Tensor) -> Tensor:
         """Bool adjacency matrices ``[B, d, d]`` of the models (``A[i, j]``: edge i -> j)."""
         return self.model_space.adjacency(model_index)
@@ -186,6 +185,15 @@ class LinearDAG(Problem):
         return torch.nan_to_num(scores, nan=-math.inf)
 
     # ------------------------------------------------------------------ contract
+    def edge_weight_positions(self) -> Tensor | None:
+        """Flat positions ``i * d + j`` of theta's weights (one per ordered pair, ``model_space.slots``), then the d
+        log noise variances; None in a subclass whose theta has another layout (``suite.graphs.dag.LinearEdgeWeights``).
+        """
+        d, slots = self.num_nodes, self.model_space.slots
+        if self.dim_max != len(slots) + d:
+            return None
+        return torch.tensor([parent * d + child for parent, child in slots], dtype=torch.int64)
+
     def config(self) -> dict[str, Any]:
         """Constructor arguments."""
         return dict(self._config)

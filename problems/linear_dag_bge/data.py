@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from suite.dag import is_acyclic
+from suite.graphs.dag import is_acyclic
 
 GRAPH_KINDS = ("er", "sf")
 #: ER edge counts: "exact" (the authors' igraph G(n, m), m = round(expected_edges)) or "expected" (each pair with

@@ -30,8 +30,8 @@ The data of a ``data_seed`` changed with these defaults; ``er_edges="expected", 
 graph_prior="uniform"`` give the earlier data sets and posteriors bit for bit.
 
 **MMD.** The records carry ``mmd`` (the paper's scale: the square root) and ``mmd_hamming`` (MMD^2), both exact
-(``suite.dag``). ``mmd_samples=S`` adds ``mmd_sampled``, the authors' estimator: S graphs from the method's q and S
-from the exact posterior, drawn from a generator seeded by ``data_seed`` (see :func:`sampled_mmd`).
+(``suite.scoring.graphs``). ``mmd_samples=S`` adds ``mmd_sampled``, the authors' estimator: S graphs from the method's q
+and S from the exact posterior, drawn from a generator seeded by ``data_seed`` (see :func:`sampled_mmd`).
 
 **Parameters.** BGe integrates the SCM's parameters (mean and precision matrix, a Normal-Wishart prior) out, so
 the target has no parameters of its own. Methods built on saturated vectors still need one: ``theta`` carries a
@@ -51,16 +51,15 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from problems.linear_dag.dag_space import MAX_NODES, DAGSpace
 from problems.linear_dag_bge.bge import BGe
 from problems.linear_dag_bge.data import ER_EDGES, GRAPH_KINDS, SF_ORIENTATIONS, random_scm
-from suite.dag import graph_task_metrics
-from suite.dag_metrics import HIGHER_IS_BETTER
-from suite.metrics import Estimate
-from suite.problem import Problem
-from suite.registry import register_problem
-from suite.tensor_ops import DeviceCache
-from suite.types import Draws, ModelProbs
+from suite.core.problem import Problem
+from suite.core.registry import register_problem
+from suite.core.tensor_ops import DeviceCache
+from suite.core.types import Draws, Estimate, ModelProbs
+from suite.graphs.dag_space import MAX_NODES, DAGSpace
+from suite.graphs.metrics import HIGHER_IS_BETTER
+from suite.scoring.graphs import graph_task_metrics
 
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 #: Entropy of N(0, 1): the auxiliary coordinate's share of the joint entropy.
@@ -210,7 +209,7 @@ class _LinearDAGBGe(Problem):
         self._model_probs = torch.softmax(log_joint, 0)
         self._device = DeviceCache(log_graph_joint=log_joint, log_prior=self._log_prior)
 
-    # ------------------------------------------------------ suite.dag.DAGProblem
+    # ------------------------------------------------------ suite.graphs.dag.DAGProblem
     def adjacency(self, model_index: Tensor) -> Tensor:
         """Bool adjacency matrices ``[B, d, d]`` of the models (``A[i, j]``: edge i -> j)."""
         return self.model_space.adjacency(model_index)

@@ -49,11 +49,11 @@ import torch
 from torch import Tensor
 
 from problems.robust_vs.data import SETTINGS, generate
-from suite.backend import TORCH
-from suite.model_space import BinarySpace
-from suite.problem import LOG_SQRT_2PI, Problem
-from suite.registry import register_problem, register_problem_variant
-from suite.tensor_ops import DeviceCache
+from suite.core.backend import TORCH
+from suite.core.model_space import BinarySpace
+from suite.core.problem import LOG_SQRT_2PI, Problem
+from suite.core.registry import register_problem, register_problem_variant
+from suite.core.tensor_ops import DeviceCache
 
 #: Likelihood constants of the authors' code (never the data-generating ones).
 OUTLIER_WEIGHT = 0.1

@@ -21,12 +21,12 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from suite.backend import TORCH
-from suite.model_space import CategoricalSpace
-from suite.problem import LOG_SQRT_2PI, Problem
-from suite.registry import register_problem
-from suite.tensor_ops import DeviceCache, rows
-from suite.types import Draws, ModelProbs
+from suite.core.backend import TORCH
+from suite.core.model_space import CategoricalSpace
+from suite.core.problem import LOG_SQRT_2PI, Problem
+from suite.core.registry import register_problem
+from suite.core.tensor_ops import DeviceCache, rows
+from suite.core.types import Draws, ModelProbs
 
 MODEL_WEIGHTS = (0.25, 0.75)
 # Row k holds the constants of model k for coordinates (theta_1, theta_2); model

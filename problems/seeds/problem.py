@@ -30,9 +30,9 @@ import torch
 from torch import Tensor
 from torch.nn.functional import logsigmoid
 
-from suite.problem import LOG_SQRT_2PI
-from suite.registry import register_problem
-from suite.single_model import SingleModelProblem
+from suite.core.problem import LOG_SQRT_2PI
+from suite.core.registry import register_problem
+from suite.core.single_model import SingleModelProblem
 
 #: (r germinated, N seeds, x1 seed type, x2 root extract) per plate (Crowder 1978).
 PLATES = (

@@ -36,6 +36,8 @@ import numpy as np
 from scipy.linalg import solve_triangular
 from scipy.special import logsumexp
 
+from suite.core.backend import jax_backend
+
 LOG_2PI = math.log(2 * math.pi)
 
 
@@ -258,8 +260,6 @@ def model_log_density(
     target: Any, model: int, batched: Callable[[Any, Any], Any] | None = None, chunk: int = 20_000
 ) -> Callable[[np.ndarray], np.ndarray]:
     """log p(D, x, m) of one model of a JaxTarget as a numpy function of its active coordinates ``[N, d]``."""
-    from suite.backend import jax_backend
-
     jnp = jax_backend().jnp
     batched = batched or batched_log_joint(target)
     active = np.asarray(target.masks[model])

@@ -1,4 +1,4 @@
-"""``python -m suite.reference PROBLEM[,PROBLEM...]``: compute, store and show ground-truth references."""
+"""``tdbench reference PROBLEM[,PROBLEM...]``: compute, store and show ground-truth references."""
 
 from __future__ import annotations
 
@@ -9,16 +9,16 @@ from pathlib import Path
 
 import numpy as np
 
-from suite.harness import tune_allocator
-from suite.problem import Problem
-from suite.reference import store
+from suite.core import reference_store as store
+from suite.core.device import tune_allocator
+from suite.core.problem import Problem
+from suite.core.reference_store import has_exact_reference
+from suite.core.registry import UnknownNameError, available_problems, make_problem
 from suite.reference.bridge import BridgeSettings
 from suite.reference.engine import EngineSettings, estimate_reference
 from suite.reference.nuts import NUTSSettings
 from suite.reference.rjmcmc_gold import app_e1_settings, estimate_by_rjmcmc
 from suite.reference.smc import SMCSettings
-from suite.reference.store import has_exact_reference
-from suite.registry import UnknownNameError, available_problems, make_problem
 
 
 def settings_for(problem: Problem, args: argparse.Namespace) -> EngineSettings:
@@ -69,10 +69,10 @@ def add_checksums(problems: list[Problem]) -> int:
     return status
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "tdbench reference") -> int:
     """Entry point."""
     tune_allocator()
-    parser = argparse.ArgumentParser(prog="python -m suite.reference", description=__doc__)
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     parser.add_argument("problems", help="comma-separated problem names, or 'all'")
     parser.add_argument("--force", action="store_true", help="recompute even if a reference is stored")
     parser.add_argument(

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from suite.backend import jax_backend
-from suite.problem import Problem
+from suite.core.backend import jax_backend
+from suite.core.problem import Problem
 
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 

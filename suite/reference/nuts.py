@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from suite.backend import jax_backend
+from suite.core.backend import jax_backend
 from suite.reference.jax_target import JaxTarget
 
 

@@ -29,12 +29,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from suite.context import RunContext
-from suite.problem import Problem
+from suite.core.context import RunContext
+from suite.core.problem import Problem
+from suite.core.reference_store import Reference
+from suite.core.registry import make_method
 from suite.reference.engine import versions
-from suite.reference.store import Reference
-from suite.registry import make_method
-from suite.runner import resolve_and_run
+from suite.run.runner import resolve_and_run
 
 #: Burn-in of the authors' configuration, and (largest dimension, total iterations, thinning) by dimension.
 APP_E1_BURN_IN = 10_000

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from suite.backend import jax_backend
+from suite.core.backend import jax_backend
 from suite.reference.jax_target import JaxTarget
 
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)

@@ -1,12 +1,11 @@
 """Running a grid: :func:`run_grid` plans a :class:`GridSpec`, executes its unfinished runs and writes the report.
 
-Each run is claimed first (:mod:`suite.claims`), executed in this process, in worker processes or as a Dask task,
+Each run is claimed first (:mod:`suite.run.claims`), executed in this process, in worker processes or as a Dask task,
 and its record written as soon as it is done; an interrupted grid resumes where it stopped.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import time
@@ -18,17 +17,19 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from suite import claims
-from suite import parallel as par
-from suite import records as rec
-from suite.grid import shard_of
-from suite.report import NOT_APPLICABLE_FILE, write_report
+from suite.report.build import NOT_APPLICABLE_FILE, write_report
+from suite.report.terminal import summarise_not_applicable
+from suite.results import records as rec
+from suite.results.records import LOST
+from suite.run import claims
+from suite.run import parallel as par
+from suite.run.dask_executor import DaskSession, DaskSettings
+from suite.run.dask_executor import run_grid as run_tasks
 from suite.run.plan import PlannedRun, Skipped, earlier_records, plan
+from suite.run.shards import shard_of
 from suite.run.spec import Execution, GridSpec, Placement, UsageError, place
-from suite.terminal import summarise_not_applicable
 
 #: Key marking a run whose worker ended without writing its record (a crash, not a method's failure).
-LOST = "lost"
 
 Echo = Callable[[str], None]
 
@@ -139,8 +140,6 @@ def open_session(execution: Execution, placement: Placement, echo: Echo = print)
     """The Dask session of the Dask executor (connected, or with the cluster it starts), else None."""
     if execution.executor != "dask":
         return None
-    from suite.dask_executor import DaskSession, DaskSettings  # optional dependency
-
     settings = DaskSettings(
         scheduler=execution.scheduler,
         cluster=execution.cluster,
@@ -163,7 +162,7 @@ def execute(
 ) -> list[dict]:
     """Execute unfinished runs (all with ``force``), each record written as soon as its run is done.
 
-    Each run is claimed first (:mod:`suite.claims`): a run another live process is running into the same folder
+    Each run is claimed first (:mod:`suite.run.claims`): a run another live process is running into the same folder
     is left to it, and only the runs with records are returned. With a Dask ``session`` the runs are its tasks.
     """
     out, force = execution.out, execution.force
@@ -212,8 +211,6 @@ def execute(
     bar = tqdm(total=len(todo), desc="runs", unit="run", disable=not execution.progress or None)
     lost: dict[str, dict] = {}
     if session is not None:
-        from suite.dask_executor import run_grid as run_tasks  # optional dependency
-
         outcomes = run_tasks(session, [spec_of(run) for run in todo], by_key)
     elif jobs > 1:
         outcomes = par.run_in_workers([spec_of(run) for run in todo], jobs, threads)
@@ -227,7 +224,7 @@ def execute(
                 tqdm.write(f"FAILED {key.problem} / {key.method} / seed {key.seed}: {reason}")
             finished = rec.is_finished(out, key)
             if not finished:  # the worker died before writing: shown, not saved (a rerun retries)
-                lost[key.filename] = {**dataclasses.asdict(key), "status": status, "reason": reason, LOST: True}
+                lost[key.filename] = rec.lost_record(key, status, reason)
             held.pop(key.filename).release(finished=finished)
     finally:
         for claim in held.values():

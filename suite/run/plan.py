@@ -9,14 +9,14 @@ from typing import Any
 
 import torch
 
-from suite import records as rec
-from suite.leaderboard import NOT_APPLICABLE
-from suite.method import Method
-from suite.problem import Problem
-from suite.reference import store as reference_store
-from suite.registry import available_methods, make_method, make_problem, problem_class
+from suite.core import reference_store
+from suite.core.method import Method
+from suite.core.problem import Problem
+from suite.core.registry import available_methods, make_method, make_problem, problem_class
+from suite.results import records as rec
+from suite.results.records import NOT_APPLICABLE
+from suite.run.runner import _jsonable
 from suite.run.spec import DEFAULT_SEEDS, GridSpec, UsageError
-from suite.runner import _jsonable
 
 
 @dataclass
@@ -50,14 +50,7 @@ class Skipped:
 
     def as_record(self) -> dict[str, Any]:
         """A leaderboard row saying "not applicable" with the reason (never written as a run record)."""
-        return {
-            "problem": self.problem,
-            "method": self.method,
-            "seed": None,
-            "status": NOT_APPLICABLE,
-            "reason": self.reason,
-            "metrics": {},
-        }
+        return rec.make_record(self.problem, self.method, None, NOT_APPLICABLE, self.reason, metrics={})
 
 
 def problem_instances(

@@ -16,14 +16,16 @@ from typing import Any
 
 import torch
 
-from suite import checkpoints as ckpt
-from suite import parallel as par
-from suite import records as rec
-from suite.grid import parse_shard
-from suite.harness import DEVICE_CHOICES, resolve_device
-from suite.method import DTYPES, PROFILES
-from suite.options import OptionError, check_option, method_annotations, problem_annotations
-from suite.registry import available_methods, available_problems, method_class, problem_class
+from suite.core import checkpoint as ckpt
+from suite.core.device import DEVICE_CHOICES, resolve_device
+from suite.core.method import DTYPES, PROFILES
+from suite.core.options import OptionError, check_option, method_annotations, problem_annotations
+from suite.core.registry import available_methods, available_problems, method_class, problem_class
+from suite.results import records as rec
+from suite.run import parallel as par
+from suite.run.cluster_config import load_cluster_config, require_jobqueue
+from suite.run.dask_executor import require_distributed
+from suite.run.shards import parse_shard
 
 #: Gold-standard draws per problem used for cross-entropy, by profile.
 EVAL_DRAWS = {"smoke": 2_000, "quick": 10_000, "paper": 100_000}
@@ -33,7 +35,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 #: Largest seeds, and largest draws / eval draws: beyond them planning or memory would never end.
 MAX_SEEDS = 10_000
 MAX_DRAWS = 10_000_000
-#: Where runs execute: worker processes on this machine, or tasks on a Dask cluster (suite/dask_executor.py).
+#: Where runs execute: worker processes on this machine, or tasks on a Dask cluster (suite/run/dask_executor.py).
 EXECUTORS = ("local", "dask")
 CLUSTERS = ("local", "slurm")
 
@@ -263,8 +265,6 @@ class Execution:
                 raise UsageError(f"--checkpoint-dir: {exc}") from None
         if self.executor != "dask":
             return
-        from suite.dask_executor import require_distributed  # optional dependency
-
         try:
             require_distributed()
         except ValueError as exc:
@@ -278,8 +278,6 @@ class Execution:
                 raise UsageError(
                     "--cluster slurm needs --cluster-config FILE (queue, cores, memory, walltime, jobs, ...)"
                 )
-            from suite.cluster_config import load_cluster_config, require_jobqueue  # optional dependency
-
             try:
                 require_jobqueue()
                 load_cluster_config(self.cluster_config)

@@ -4,7 +4,7 @@ A study runs named variants (a method with fixed options) on a few problems thro
 variant into its own results folder (``<out>/<variant>/``, a normal folder that ``tdbench report`` reads), then
 writes the comparison with the paper: ``<out>/<study>.csv``, ``.md`` and ``.png``. Adding a study is one module
 in this package that builds a :class:`suite.studies.study.Study` and registers it in :data:`STUDIES`. TRJ's
-bridge-estimate figures are :class:`suite.studies.bbe.BBEStudy` objects instead (``methods.trj.study`` per N).
+bridge-estimate figures are :class:`suite.studies.bbe.BBEStudy` objects instead (``tdbench bbe-study`` per N).
 """
 
 from __future__ import annotations

@@ -25,9 +25,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from suite.cpdag import cpdags
-from suite.plots import plt, write_figure
-from suite.records import load_records
+from suite.core.registry import make_problem
+from suite.core.types import ModelProbs
+from suite.graphs.cpdag import cpdags
+from suite.report.plots import plt, write_figure
+from suite.results.records import load_records
 from suite.studies.study import Study, Variant
 
 PROBLEMS = ("linear-dag-bge-er", "linear-dag-bge-sf")
@@ -53,9 +55,6 @@ def _exact_facts(problem_name: str, data_seed: int) -> tuple[dict[str, dict[str,
     Yardsticks: MMD, MMD² and E-CPDAG-SHD of the exact posterior, the MAP point mass and the empty graph. The class
     is bool ``[K, d, d]``, the DAGs whose CPDAG is the MAP graph's.
     """
-    from suite.registry import make_problem
-    from suite.types import ModelProbs
-
     problem = make_problem(problem_name, data_seed=data_seed)
     exact = problem.reference_model_probs()
     top = exact.index[torch.argmax(exact.prob)]

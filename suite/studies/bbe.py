@@ -1,6 +1,6 @@
 """TRJ's bridge-estimate studies (TRJ Figs. 5 and 7/9): violins of one model's probability per proposal type.
 
-A :class:`BBEStudy` runs ``python -m methods.trj.study`` (the Bartolucci bridge estimate of every proposal type,
+A :class:`BBEStudy` runs ``tdbench bbe-study`` (the Bartolucci bridge estimate of every proposal type,
 refitted per replicate) once per number of draws N into ``<out>/n<N>/``, then compares the estimates with the
 reference: per N and proposal the number of estimates, mean, standard deviation, RMSE against the reference
 probability and acceptance rate, written as ``<name>.csv``, ``.md``, ``.png`` (violins, one panel per N) and
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from suite.plots import plt, write_figure
+from suite.report.plots import plt, write_figure
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class BBEStudy:
     paper_claim: str
     #: Pairs (better, worse) by RMSE that the paper's figure shows, checked at the largest N.
     paper_order: tuple[tuple[str, str], ...] = ()
-    #: More ``methods.trj.study`` arguments (e.g. how the draws are made).
+    #: More ``tdbench bbe-study`` arguments (e.g. how the draws are made).
     study_arguments: tuple[str, ...] = ()
     #: (N, fits, estimates per fit) where an N gets a budget other than ``replicates`` x ``repeats``.
     budgets: tuple[tuple[int, int, int], ...] = ()
@@ -54,7 +54,7 @@ class BBEStudy:
         return self.replicates, self.repeats
 
     def study_argv(self, draws: int, out: Path, replicates: int | None) -> list[str]:
-        """The ``methods.trj.study`` arguments for ``draws`` draws per set (``replicates`` overrides the fits)."""
+        """The ``tdbench bbe-study`` arguments for ``draws`` draws per set (``replicates`` overrides the fits)."""
         fits, repeats = self.budget(draws)
         return [
             self.problem,
@@ -75,7 +75,7 @@ class BBEStudy:
         ]
 
     def csv_of(self, out: Path, draws: int) -> Path:
-        """The per-estimate CSV ``methods.trj.study`` writes for ``draws``."""
+        """The per-estimate CSV ``tdbench bbe-study`` writes for ``draws``."""
         return out / f"n{draws}" / f"bbe_{self.problem}.csv"
 
     def rows_of_model(self, frame: pd.DataFrame) -> pd.DataFrame:
@@ -131,7 +131,7 @@ class BBEStudy:
 
     def run(self, out: Path, seeds: int | None = None, force: bool = False) -> int:
         """Run the bridge-estimate study per N (finished N are kept), write and print the comparison; exit code."""
-        from methods.trj.study import main as bbe_main
+        from suite.studies.bbe_command import main as bbe_main  # TRJ's flows load only to run (not for report)
 
         out.mkdir(parents=True, exist_ok=True)
         print(f"Study {self.name}: {self.description}\nResults in {out}; each N's estimates in {out}/n<N>/")

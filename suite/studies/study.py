@@ -13,9 +13,9 @@ from typing import Any
 
 import pandas as pd
 
-from suite.leaderboard import mean_and_se
-from suite.plots import plt, write_figure
-from suite.records import load_records
+from suite.report.leaderboard import mean_and_se
+from suite.report.plots import plt, write_figure
+from suite.results.records import load_records
 from suite.run import Execution, GridSpec, UsageError, run_grid
 
 

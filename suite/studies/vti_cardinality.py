@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from suite.plots import plt, write_figure
-from suite.records import load_records
+from suite.report.plots import plt, write_figure
+from suite.results.records import load_records
 from suite.studies.study import Study, Variant
 
 CARDINALITIES = (8, 12, 16, 20)

@@ -19,9 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from suite.plots import plt, write_figure
-from suite.records import load_records
-from suite.reference import store
+from suite.core import reference_store as store
+from suite.core.registry import make_problem, problem_class
+from suite.reference.rjmcmc_gold import app_e1_settings, estimate_by_rjmcmc
+from suite.report.plots import plt, write_figure
+from suite.results.records import load_records
 from suite.studies.study import Study, Variant
 
 FLOWS = {"Diagonal Gaussian": "diag", "Affine MAF (5,5)": "affine(5,5)", "Spline MAF (4,6)": "spline(4,6)"}
@@ -41,9 +43,6 @@ def make_references(
     ``profile``: the runs' profile (it decides the data sets and the reference size); ``overrides``: RJMCMC
     gold-standard settings (``num_chains``, ``burn_in``, ... : tests make small ones).
     """
-    from suite.reference.rjmcmc_gold import app_e1_settings, estimate_by_rjmcmc
-    from suite.registry import make_problem, problem_class
-
     folder = out / "references"
     searched = [p for p in os.environ.get(store.ENV_VAR, "").split(os.pathsep) if p]
     if str(folder) not in searched:

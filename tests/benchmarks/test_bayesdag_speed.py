@@ -8,9 +8,9 @@ has N = 500 rows, so a batch is the whole data set, as in the paper's 700 one-ba
 import torch
 
 from methods.bayesdag.method import _Run
-from suite.context import RunContext
-from suite.registry import make_method, make_problem
-from suite.runner import resolve_and_run
+from suite.core.context import RunContext
+from suite.core.registry import make_method, make_problem
+from suite.run.runner import resolve_and_run
 
 PROBLEM = "linear-dag-bge-er"
 

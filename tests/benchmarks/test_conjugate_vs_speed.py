@@ -3,7 +3,7 @@
 import pytest
 
 from problems.conjugate_vs import problem as conjugate
-from suite.registry import make_problem
+from suite.core.registry import make_problem
 
 
 @pytest.mark.parametrize("num_covariates", [8, 12, 16, 20])

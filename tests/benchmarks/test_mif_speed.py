@@ -13,9 +13,9 @@ import torch
 
 from methods.mif.families import ModelInformedFlow
 from methods.mif.method import _prior_function, _Target
-from suite.context import RunContext
-from suite.registry import make_method, make_problem
-from suite.runner import resolve_and_run
+from suite.core.context import RunContext
+from suite.core.registry import make_method, make_problem
+from suite.run.runner import resolve_and_run
 
 pytestmark = pytest.mark.benchmark
 DRAWS = 256

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from problems.linear_dag.problem import LinearDAG
-from suite.registry import available_problems, make_problem
+from suite.core.registry import available_problems, make_problem
 
 
 @pytest.mark.parametrize("batch", [256, 4096])

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from methods.rjmcmc.kernels import between_model_move, init_state, random_walk_move
-from suite.context import RunContext
-from suite.registry import make_method, make_problem
-from suite.runner import resolve_and_run
-from suite.tensor_ops import row_sum, rows
+from suite.core.context import RunContext
+from suite.core.registry import make_method, make_problem
+from suite.core.tensor_ops import row_sum, rows
+from suite.run.runner import resolve_and_run
 
 CHAINS = 1024
 

@@ -10,9 +10,9 @@ import time
 import pytest
 import torch
 
-from suite.context import RunContext
-from suite.registry import make_method, make_problem
-from suite.runner import resolve_and_run
+from suite.core.context import RunContext
+from suite.core.registry import make_method, make_problem
+from suite.run.runner import resolve_and_run
 
 BUDGET_S = 10.0
 FAMILIES = {

@@ -14,9 +14,9 @@ from methods.rjmcmc.kernels import ChainState
 from methods.trj.kernels import transport_jump
 from methods.trj.method import TRJ
 from methods.trj.sampler import JumpChooser
-from suite.context import RunContext
-from suite.registry import make_problem
-from suite.runner import resolve_and_run
+from suite.core.context import RunContext
+from suite.core.registry import make_problem
+from suite.run.runner import resolve_and_run
 
 CHAINS = 1024
 PROBLEM = "factor-analysis-k23"

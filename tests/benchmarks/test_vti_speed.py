@@ -22,8 +22,8 @@ from methods.vti.made_plus import MADEPlusSampler
 from methods.vti.method import VTIMCG, VTISurrogate, context_function
 from methods.vti.model_samplers import MADEBinarySampler
 from methods.vti.training import Trainer, TrainSettings
-from suite.method import DTYPES
-from suite.registry import make_problem
+from suite.core.method import DTYPES
+from suite.core.registry import make_problem
 
 #: Batch 256 for both samplers (issue 32's benchmark), and the MCG code's own batch of 1024.
 CASES = [("vti-surrogate", 256), ("vti-mcg", 256), ("vti-mcg", 1024)]

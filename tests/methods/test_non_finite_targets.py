@@ -7,9 +7,9 @@ never move, and their visit frequencies are those of the exact draws.
 import pytest
 import torch
 
-from suite.context import RunContext
-from suite.registry import make_method
-from suite.runner import execute, resolve_and_run
+from suite.core.context import RunContext
+from suite.core.registry import make_method
+from suite.run.runner import execute, resolve_and_run
 from tests.broken_targets import FrozenSas, NaNSas
 
 CPU = torch.device("cpu")

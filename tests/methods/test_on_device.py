@@ -8,10 +8,10 @@ session found six methods failing on CUDA that way.
 import pytest
 import torch
 
-from suite.context import RunContext
-from suite.registry import available_methods, make_method, make_problem
-from suite.runner import execute
-from suite.tensor_ops import host_generator
+from suite.core.context import RunContext
+from suite.core.registry import available_methods, make_method, make_problem
+from suite.core.tensor_ops import host_generator
+from suite.run.runner import execute
 
 #: Small problems, in the order tried: each method runs on the first it supports.
 PROBLEMS = ("sas", "eight-schools", "linear-dag-d4")

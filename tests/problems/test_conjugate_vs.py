@@ -8,8 +8,8 @@ import torch
 from scipy import special, stats
 
 from problems.conjugate_vs.problem import ConjugateVS
-from suite.reference import store
-from suite.registry import make_problem
+from suite.core import reference_store as store
+from suite.core.registry import make_problem
 
 VARIANTS = [(noise, prior) for noise in ("known", "inverse-gamma") for prior in ("independent", "g")]
 
@@ -221,7 +221,7 @@ def test_every_variant_agrees_across_dtypes_and_backends(noise: str, prior: str)
     # inactive coordinates, at exact draws and at random points.
     import jax.numpy as jnp
 
-    from suite.backend import jax_backend
+    from suite.core.backend import jax_backend
 
     xp = jax_backend()
     problem = ConjugateVS(6, noise=noise, prior=prior)

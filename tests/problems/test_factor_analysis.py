@@ -8,9 +8,9 @@ import torch
 from scipy import special, stats
 
 import problems.factor_analysis.problem as fa
-from suite.backend import TORCH
-from suite.data import DataUnavailable
-from suite.registry import make_problem
+from suite.core.backend import TORCH
+from suite.core.data import DataUnavailable
+from suite.core.registry import make_problem
 
 DIAG_SLOTS = (0, 6, 11)
 

@@ -8,9 +8,8 @@ from torch import Tensor
 from torch.distributions import MultivariateNormal
 
 from problems.gmm_2d.problem import GaussianMixture2D, GaussianMixture2DK100, generate
-from suite.metrics import Estimate
-from suite.registry import make_problem
-from suite.types import Draws, ModelProbs
+from suite.core.registry import make_problem
+from suite.core.types import Draws, Estimate, ModelProbs
 
 
 @pytest.fixture(scope="module")

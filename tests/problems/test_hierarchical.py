@@ -8,7 +8,7 @@ import torch
 from scipy import integrate, stats
 
 from problems.seeds.problem import PLATES
-from suite.registry import make_problem
+from suite.core.registry import make_problem
 
 ZERO = torch.zeros(1, dtype=torch.int64)
 

@@ -10,8 +10,8 @@ from scipy import stats
 
 from problems.robust_vs.data import SETTINGS, generate
 from problems.robust_vs.problem import RobustVS
-from suite.backend import TORCH
-from suite.registry import make_problem
+from suite.core.backend import TORCH
+from suite.core.registry import make_problem
 
 
 @pytest.fixture(scope="module")
@@ -267,7 +267,7 @@ def test_registered_defaults_and_validation() -> None:
 
 def test_the_paper_profile_plans_the_authors_sweep_points() -> None:
     """VTI App. E.1's sweep at the authors' points (p = 9, 14, 19, 24) in paper; 12, 16, 20 only when named."""
-    from suite.registry import available_problems, problem_class
+    from suite.core.registry import available_problems, problem_class
 
     sweep = {name: problem_class(name) for name in available_problems() if name.startswith("robust-vs-p")}
     planned = sorted(cls.num_covariates for cls in sweep.values() if "paper" in cls.profiles)

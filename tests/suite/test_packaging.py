@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from suite import data
 from suite.cli import grid_from_argv
-from suite.reference import store
-from suite.registry import make_problem
+from suite.core import data
+from suite.core import reference_store as store
+from suite.core.registry import make_problem
 from suite.run import plan_grid
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -179,7 +179,8 @@ def test_an_installed_wheel_scores_against_the_shipped_references_as_the_checkou
     python = _venv(tmp_path, wheel)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    probe = "import sys, suite; from suite.reference import store; print(suite.__file__); print(store.SHIPPED_DIR); "
+    probe = "import sys, suite; from suite.core import reference_store as store; "
+    probe += "print(suite.__file__); print(store.SHIPPED_DIR); "
     probe += "print(any('editable' in type(f).__name__.lower() or 'editable' in repr(f) for f in sys.meta_path))"
     shown = subprocess.run(
         [str(python), "-c", probe], check=True, capture_output=True, text=True, env=_clean_env(), cwd=elsewhere

@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 
 import tdbench.results as results
-from suite import parallel as par
-from suite.records import RunKey
-from suite.registry import make_method, make_problem
-from suite.results_table import COLUMN_DTYPES, RESULT_COLUMNS
+from suite.core.registry import make_method, make_problem
+from suite.results.records import RunKey
+from suite.results.table import COLUMN_DTYPES, RESULT_COLUMNS
+from suite.run import parallel as par
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = [("sas", "rjmcmc-baseline", 0), ("sas", "rjmcmc-baseline", 1), ("sas", "mf", 0)]
@@ -90,7 +90,8 @@ def test_reading_results_imports_no_problem_method_or_registry_code(finished: Pa
     code = (
         "import sys, tdbench.results as r\n"
         f"t = r.load({str(finished)!r}); r.draws(t.iloc[0])\n"
-        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('problems', 'methods') or m == 'suite.registry')\n"
+        "bad = sorted(m for m in sys.modules\n"
+        "             if m.split('.')[0] in ('problems', 'methods') or m == 'suite.core.registry')\n"
         "print(bad)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)

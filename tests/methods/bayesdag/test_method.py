@@ -5,10 +5,10 @@ import torch
 
 from methods.bayesdag.method import BayesDAG
 from problems.linear_dag.problem import LinearDAG
-from suite.context import RunContext
-from suite.dag import NOT_DAG_REASON, is_acyclic
-from suite.registry import make_method, make_problem
-from suite.runner import resolve_and_run
+from suite.core.context import RunContext
+from suite.core.registry import make_method, make_problem
+from suite.graphs.dag import NOT_DAG_REASON, is_acyclic
+from suite.run.runner import resolve_and_run
 
 
 def _edge_marginals(problem, probs) -> torch.Tensor:

@@ -6,7 +6,7 @@ import math
 import torch
 
 from methods.bayesdag import model as bd
-from suite.dag import is_acyclic
+from suite.graphs.dag import is_acyclic
 
 D64 = torch.float64
 

@@ -8,11 +8,11 @@ import torch
 
 from methods.bges import method as bges_method
 from methods.bges.method import class_members, cpdag_of_ges
-from problems.linear_dag.dag_space import DAGSpace
-from suite.context import RunContext
-from suite.cpdag import cpdags
-from suite.registry import make_method, make_problem
-from suite.runner import resolve_and_run
+from suite.core.context import RunContext
+from suite.core.registry import make_method, make_problem
+from suite.graphs.cpdag import cpdags
+from suite.graphs.dag_space import DAGSpace
+from suite.run.runner import resolve_and_run
 
 pytest.importorskip("causallearn.search.ScoreBased.GES")
 

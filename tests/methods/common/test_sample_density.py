@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from methods.common.sample_density import fit_gaussian_per_model
-from suite.types import Draws, ModelProbs
+from suite.core.types import Draws, ModelProbs
 
 
 def test_fitted_density_recovers_exact_gaussian_target(gaussian_models) -> None:

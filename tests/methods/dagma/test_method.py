@@ -8,12 +8,12 @@ import torch
 
 from methods.dagma import method as dagma_method
 from problems.linear_dag.problem import LinearDAG
-from suite.context import RunContext
-from suite.dag import is_acyclic
-from suite.method import Result
-from suite.registry import make_method, make_problem
-from suite.runner import execute, resolve_and_run
-from suite.trace import score_trace
+from suite.core.context import RunContext
+from suite.core.method import Result
+from suite.core.registry import make_method, make_problem
+from suite.graphs.dag import is_acyclic
+from suite.run.runner import execute, resolve_and_run
+from suite.scoring.trace import score_trace
 
 pytest.importorskip("dagma")
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from methods.dibs import method as dibs_method
-from suite.context import RunContext
-from suite.registry import make_method, make_problem
-from suite.runner import resolve_and_run
+from suite.core.context import RunContext
+from suite.core.registry import make_method, make_problem
+from suite.run.runner import resolve_and_run
 
 pytest.importorskip("dibs.inference")
 jax = pytest.importorskip("jax")

@@ -29,7 +29,7 @@ from methods.trj.flows import SplineStack, _ConditionalFlow, _FlowBlock, _sandwi
 from methods.vti.flows import FlowSpec, build_flow
 from methods.vti.made_plus import MADEPlusSampler
 from problems.dag_mlp.space import PermutationDAGSpace
-from suite.registry import make_problem
+from suite.core.registry import make_problem
 from tests.methods.flows.nflows_layout import old_layout
 
 F64 = torch.float64

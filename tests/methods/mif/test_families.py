@@ -7,7 +7,7 @@ import torch
 
 from methods.mif.families import GaussianVIP, ModelInformedFlow
 from methods.mif.method import _prior_function
-from suite.registry import make_problem
+from suite.core.registry import make_problem
 
 
 def _families(problem_name: str, hidden: int = 6):

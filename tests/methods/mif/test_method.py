@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-from suite.context import RunContext
-from suite.method import Result
-from suite.registry import make_method, make_problem
-from suite.runner import negative_elbo, resolve_and_run
+from suite.core.context import RunContext
+from suite.core.method import Result
+from suite.core.registry import make_method, make_problem
+from suite.run.runner import negative_elbo, resolve_and_run
 
 CPU = torch.device("cpu")
 

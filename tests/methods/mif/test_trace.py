@@ -9,9 +9,9 @@ import math
 import pytest
 import torch
 
-from suite.context import RunContext
-from suite.registry import make_method, make_problem
-from suite.runner import execute, resolve_and_run
+from suite.core.context import RunContext
+from suite.core.registry import make_method, make_problem
+from suite.run.runner import execute, resolve_and_run
 
 METHODS = ["mif", "mf", "fr", "fr-vip", "iaf"]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from suite.context import RunContext
-from suite.registry import make_method, make_problem
-from suite.runner import resolve_and_run
+from suite.core.context import RunContext
+from suite.core.registry import make_method, make_problem
+from suite.run.runner import resolve_and_run
 
 
 def total_variation(result, problem) -> float:

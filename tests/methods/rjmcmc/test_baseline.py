@@ -9,10 +9,10 @@ import torch
 from methods.rjmcmc import baseline
 from methods.rjmcmc.baseline import _KeptDraws
 from methods.rjmcmc.kernels import ChainState
-from suite.context import RunContext
-from suite.registry import make_method, make_problem
-from suite.runner import execute, resolve_and_run
-from suite.trace import score_trace
+from suite.core.context import RunContext
+from suite.core.registry import make_method, make_problem
+from suite.run.runner import execute, resolve_and_run
+from suite.scoring.trace import score_trace
 
 #: Options of a short run on robust-vs-p24 (2^24 models): counted over the kept models, not densely.
 SPARSE = {"num_chains": 64, "burn_in": 40, "num_iterations": 60, "thin": 3}

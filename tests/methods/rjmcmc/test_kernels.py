@@ -11,7 +11,7 @@ import torch
 
 from methods.rjmcmc.kernels import ChainState, between_model_move, random_walk_move
 from problems.sas.problem import SinhArcsinh
-from suite.tensor_ops import row_sum, rows
+from suite.core.tensor_ops import row_sum, rows
 
 N = 400_000
 

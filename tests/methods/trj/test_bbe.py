@@ -12,9 +12,9 @@ import torch
 from methods.trj.bbe import MAX_SIDE_VARIANCE, MIN_EXPECTED_ACCEPTS, PairStatistics
 from methods.trj.method import _TransportRJ
 from methods.trj.sampler import ChainRun, GroupedPairStatistics
-from suite.context import RunContext
-from suite.registry import make_method, make_problem
-from suite.runner import resolve_and_run
+from suite.core.context import RunContext
+from suite.core.registry import make_method, make_problem
+from suite.run.runner import resolve_and_run
 
 #: Proposals per direction of every well-measured pair: the log ratio of a pair then has a standard error of
 #: about sqrt(2 * 0.6 / 20000) ~ 0.008 (s = 1: var(alpha) / mean(alpha)^2 ~ 0.6), so probabilities err by ~1%.

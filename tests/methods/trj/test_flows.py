@@ -10,7 +10,7 @@ import torch
 
 from methods.trj.flows import ConditionalSplineTransport, SplineTransport
 from methods.trj.transports import AffineTransport, transport_log_prob
-from suite.registry import make_problem
+from suite.core.registry import make_problem
 
 F64 = torch.float64
 NUM_FIT = 8000

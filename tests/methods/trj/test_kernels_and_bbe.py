@@ -8,7 +8,7 @@ from methods.rjmcmc.kernels import ChainState
 from methods.trj.bbe import bartolucci_model_probs
 from methods.trj.kernels import propose_from_probs, transport_jump
 from methods.trj.transports import AffineTransport
-from suite.registry import make_problem
+from suite.core.registry import make_problem
 
 TRUE = torch.tensor([0.25, 0.75], dtype=torch.float64)
 LOG_J = TRUE.log()

@@ -8,9 +8,9 @@ import torch
 from methods.rjmcmc.kernels import ChainState
 from methods.trj.bbe import PairStatistics
 from methods.trj.kernels import JumpRecord, saturated_jump
-from suite.context import RunContext
-from suite.registry import make_method, make_problem
-from suite.runner import resolve_and_run
+from suite.core.context import RunContext
+from suite.core.registry import make_method, make_problem
+from suite.run.runner import resolve_and_run
 
 SAS_TRUTH = torch.tensor([0.25, 0.75], dtype=torch.float64)
 

@@ -16,7 +16,7 @@ from methods.trj.proposals import (
     ScaledIdentityTransport,
     independence_jump,
 )
-from suite.registry import make_problem
+from suite.core.registry import make_problem
 
 TRUE = torch.tensor([0.25, 0.75], dtype=torch.float64)
 

@@ -7,9 +7,9 @@ import torch
 
 from methods.rjmcmc.kernels import ChainState
 from methods.trj.sampler import KeptDraws
-from suite.context import RunContext
-from suite.registry import make_method, make_problem
-from suite.runner import execute, resolve_and_run
+from suite.core.context import RunContext
+from suite.core.registry import make_method, make_problem
+from suite.run.runner import execute, resolve_and_run
 
 #: Seconds a budgeted run may overrun its budget by here: one iteration (milliseconds on sas) plus the final
 #: estimate and a loaded machine's slack. The exact figures belong in a benchmark, not in a timed unit test.

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from methods.trj.transports import AffineTransport
-from suite.registry import make_problem
+from suite.core.registry import make_problem
 
 
 @pytest.fixture(scope="module")

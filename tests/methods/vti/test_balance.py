@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from methods.vti.balance import ModelLossBalance
-from suite.context import RunContext
-from suite.registry import make_method, make_problem
-from suite.runner import resolve_and_run
+from suite.core.context import RunContext
+from suite.core.registry import make_method, make_problem
+from suite.run.runner import resolve_and_run
 
 
 def _stream(balance: ModelLossBalance, batches: int, seed: int = 0) -> torch.Tensor:

@@ -10,10 +10,10 @@ from torch import Tensor
 
 from methods.vti.method import CATEGORICAL_STEPS, MADE_WIDE_CAP
 from methods.vti.training import MAX_BAD_ITERATIONS
-from suite.context import RunContext
-from suite.method import Result
-from suite.registry import make_method, make_problem
-from suite.runner import per_model_cross_entropy, resolve_and_run
+from suite.core.context import RunContext
+from suite.core.method import Result
+from suite.core.registry import make_method, make_problem
+from suite.run.runner import per_model_cross_entropy, resolve_and_run
 
 METHODS = ("vti-surrogate", "vti-mcg")
 
@@ -274,7 +274,7 @@ def test_made_and_categorical_model_distributions_agree_on_robust_vs() -> None:
     Measured 0.0407 / 0.0410 at seeds 0 / 1 (each 0.045-0.068 from the SMC reference; two seeds of one
     distribution differ by 0.01-0.015), so the bar leaves about 0.009 of margin.
     """
-    from suite.metrics import total_variation
+    from suite.scoring.metrics import total_variation
 
     problem = make_problem("robust-vs")
     probs = {}

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from suite import checkpoints as ckpt
-from suite.context import RunContext
-from suite.method import Result
-from suite.registry import make_method, make_problem
-from suite.runner import resolve_and_run
+from suite.core import checkpoint as ckpt
+from suite.core.context import RunContext
+from suite.core.method import Result
+from suite.core.registry import make_method, make_problem
+from suite.run.runner import resolve_and_run
 
 OPTIONS = {"num_iterations": 40, "warmup_iterations": 10}
 

@@ -12,9 +12,9 @@ from methods.common.flat_parameters import FlatParameters
 from methods.vti.flows import FlowSpec, build_flow
 from methods.vti.method import context_function
 from methods.vti.training import Trainer, TrainSettings, make_optimizer, scheduled_lr
-from suite.context import RunContext
-from suite.registry import make_method, make_problem
-from suite.runner import execute, resolve_and_run
+from suite.core.context import RunContext
+from suite.core.registry import make_method, make_problem
+from suite.run.runner import execute, resolve_and_run
 
 METHODS = ("vti-surrogate", "vti-mcg")
 

@@ -124,7 +124,7 @@ def test_smaller_data_sets_are_the_first_rows() -> None:
 
 def test_true_graph_scores_perfectly() -> None:
     problem = _small(False)
-    from suite.types import Draws
+    from suite.core.types import Draws
 
     draws = Draws(problem.true_model_index[None].repeat(5, 1), torch.zeros(5, problem.dim_max))
     metrics = problem.task_metrics(None, draws)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from problems.dag_mlp.space import PermutationDAGSpace
-from suite.dag import is_acyclic
+from suite.graphs.dag import is_acyclic
 
 
 def test_lehmer_decoding_matches_the_papers_example() -> None:

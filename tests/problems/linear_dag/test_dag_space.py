@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from problems.linear_dag.dag_space import DAGSpace, codes_to_adjacency, enumerate_dags
+from suite.graphs.dag_space import DAGSpace, codes_to_adjacency, enumerate_dags
 
 
 @pytest.mark.parametrize(("d", "count"), [(1, 1), (2, 3), (3, 25), (4, 543)])

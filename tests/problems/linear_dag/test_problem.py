@@ -7,12 +7,12 @@ import pytest
 import torch
 from scipy import stats
 
-from problems.linear_dag.dag_space import codes_to_adjacency, enumerate_dags
 from problems.linear_dag.problem import LinearDAG
-from suite.backend import TORCH
-from suite.dag import DAGProblem, is_acyclic
-from suite.registry import make_problem
-from suite.types import ModelProbs
+from suite.core.backend import TORCH
+from suite.core.registry import make_problem
+from suite.core.types import ModelProbs
+from suite.graphs.dag import DAGProblem, is_acyclic
+from suite.graphs.dag_space import codes_to_adjacency, enumerate_dags
 
 
 @pytest.fixture(scope="module")

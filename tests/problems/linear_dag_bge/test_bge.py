@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from problems.linear_dag.dag_space import codes_to_adjacency, enumerate_dags
 from problems.linear_dag_bge.bge import BGe
+from suite.graphs.dag_space import codes_to_adjacency, enumerate_dags
 
 
 def _scm_data(num: int, d: int, seed: int) -> torch.Tensor:

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from problems.linear_dag_bge.data import er_graph, random_scm, sf_graph, topological_order
-from suite.dag import is_acyclic
+from suite.graphs.dag import is_acyclic
 
 
 def test_er_graphs_are_dags_with_the_expected_number_of_edges() -> None:

@@ -9,8 +9,8 @@ import torch
 
 from problems.linear_dag_bge.bge import BGe
 from problems.linear_dag_bge.problem import STD_NORMAL_ENTROPY, sampled_mmd
-from suite.registry import make_problem
-from suite.types import ModelProbs
+from suite.core.registry import make_problem
+from suite.core.types import ModelProbs
 
 
 @pytest.fixture(scope="module")

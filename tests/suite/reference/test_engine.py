@@ -3,10 +3,10 @@
 import numpy as np
 import torch
 
+from suite.core.registry import make_problem
 from suite.reference.engine import EngineSettings, estimate_reference, model_prob_se
 from suite.reference.nuts import NUTSSettings
 from suite.reference.smc import SMCSettings
-from suite.registry import make_problem
 
 
 def test_model_prob_se_matches_simulation() -> None:

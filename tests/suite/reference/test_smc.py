@@ -50,7 +50,7 @@ def test_student_t_start_gives_the_same_evidence(dag: LinearDAG) -> None:
 
 def test_student_t_density_is_normalised() -> None:
     """Importance check: the mean of t-density / N(0, 4I)-density ratio over N(0, 4I) draws is 1."""
-    from suite.backend import jax_backend
+    from suite.core.backend import jax_backend
 
     jnp = jax_backend().jnp
     import jax

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from suite.cpdag import cpdag_shd, cpdags
-from suite.registry import make_problem
+from suite.core.registry import make_problem
+from suite.graphs.cpdag import cpdag_shd, cpdags
 from suite.studies import STUDIES
 from suite.studies import bayesdag_fig2 as fig2
 from suite.studies.study import run_study

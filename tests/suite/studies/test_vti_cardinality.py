@@ -3,8 +3,8 @@
 import dataclasses
 from pathlib import Path
 
-from suite.records import load_records
-from suite.registry import make_problem
+from suite.core.registry import make_problem
+from suite.results.records import load_records
 from suite.studies import STUDIES
 from suite.studies.study import run_study
 from suite.studies.vti_cardinality import PROBLEMS, VTI_CARDINALITY

@@ -1,0 +1,127 @@
+"""``tdbench run`` (``run_all.py``): plan, run the unfinished runs, report; also ``--list``, ``--dry-run``."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import sys
+from pathlib import Path
+
+from suite.cli.arguments import build_parser, grid_from_args
+from suite.core import reference_store
+from suite.core.device import tune_allocator
+from suite.core.registry import (
+    available_methods,
+    available_problems,
+    make_problem,
+)
+from suite.report.build import report_from_folder
+from suite.report.terminal import clip, wrap
+from suite.results import records as rec
+from suite.run import GridOutcome, UsageError, plan_grid, run_grid
+from suite.run.shards import dry_run_line
+
+
+def print_registry() -> None:
+    """Print every registered problem and method with its one-line description."""
+    problems, methods = available_problems(), available_methods()
+    width = max(map(len, [*problems, *methods]))
+    print("Problems (`tdbench describe NAME` for the full text):")
+    for name, text in problems.items():
+        problem = make_problem(name)
+        note = problem.unavailable_reason() or reference_store.reference_problem(problem)
+        print(clip(f"  {name:<{width}}  {text}"))
+        if note:  # why it cannot run here is never cut short
+            print("\n".join(wrap(f"unavailable: {note}", indent=" " * (width + 4))))
+    print("Methods:")
+    for name, text in methods.items():
+        print(clip(f"  {name:<{width}}  {text}"))
+
+
+def report_path_line(out: Path) -> str:
+    """The last line of a run or report: where to open the report page (or the folder, without one)."""
+    page = out / "index.html"
+    return f"Report: {page}" if page.is_file() else f"Results: {out}/"
+
+
+def report_folder(out: Path, wide: bool, prog: str) -> int:
+    """``tdbench report DIR`` and ``run_all.py --report-only``: the report of ``out``'s records; the exit code."""
+    try:
+        text = report_from_folder(out, wide)
+    except ValueError as exc:  # no records, or one the report cannot read: named in the message
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        print(f"{prog}: error: disk full while writing {exc.filename or out}", file=sys.stderr)
+        return 1
+    print(text)
+    print(report_path_line(out))
+    return 0
+
+
+def run(args: argparse.Namespace, prog: str) -> int:
+    """``tdbench run`` (``run_all.py``): plan, execute the unfinished runs, write the report; the exit code."""
+    tune_allocator()
+    if args.list:
+        print_registry()
+        return 0
+    if args.report_only:
+        return report_folder(Path("results") / args.profile if args.out is None else args.out, args.wide, prog)
+    try:
+        spec, execution = grid_from_args(args)
+        if args.dry_run:
+            grid = plan_grid(spec, execution)
+            for note in grid.placement.notes:
+                print(note)
+            for planned in grid.runs:
+                print(dry_run_line(planned.key, rec.is_finished(execution.out, planned.key)))
+            return 0
+    except UsageError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        outcome = run_grid(spec, execution)
+    except UsageError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(
+            "\nInterrupted: finished runs are saved, and long trainings that save checkpoints continue from their last "
+            "one; run the same command again to resume.",
+            file=sys.stderr,
+        )
+        return 130
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        where = exc.filename or execution.out
+        print(f"{prog}: error: disk full while writing {where}; finished records are kept", file=sys.stderr)
+        return 1
+    print(f"Total time {outcome.seconds:.1f} s")
+    status = _summarise(outcome, prog)
+    if execution.shard_slice is not None:
+        print(f"Shard {execution.shard} done; once every shard has finished: tdbench report {execution.out}")
+    elif outcome.records:
+        print(report_path_line(execution.out))
+    return status
+
+
+def run_all(argv: list[str] | None = None, prog: str = "run_all.py") -> int:
+    """Entry point of ``run_all.py``, the alias of ``tdbench run``: the same arguments; returns the exit code."""
+    return run(build_parser(prog).parse_args(argv), prog)
+
+
+def _summarise(outcome: GridOutcome, prog: str = "run_all.py") -> int:
+    """Print how many runs failed and return the exit status: 1 when a run ended without its record, else 0."""
+    records, lost, failed = outcome.records, outcome.lost, outcome.failed
+    if failed:
+        print(f"{len(failed)} of {len(records)} runs failed in their method (shown on the leaderboards with reasons)")
+    if lost:
+        print(
+            f"{prog}: error: {len(lost)} of {len(records)} runs ended without a record (a worker crashed or an "
+            "error outside the method); run the same command again to retry them",
+            file=sys.stderr,
+        )
+    return outcome.status

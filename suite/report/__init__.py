@@ -1,0 +1,1 @@
+"""Reports read from records: statistics, leaderboards, terminal text, HTML, figures and tables."""

@@ -1,0 +1,1 @@
+"""Stored formats: run records, draws files, the results table."""

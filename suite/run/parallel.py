@@ -1,0 +1,243 @@
+"""Execute planned runs in worker processes; each worker writes its record the moment a run finishes.
+
+On a CPU most of the suite's work is many small tensor operations, which one
+thread runs about as fast as two: two single-threaded runs side by side on a
+2-core machine finish in close to half the time of the same runs one after
+the other with two threads each. Each worker rebuilds its problem and method
+from their registry names and options (nothing heavier crosses processes) and
+keeps the gold-standard draws of the problems it has seen. Records carry the
+number of jobs and threads, so a walltime measured beside another run is
+never mistaken for one measured alone (``--jobs 1`` for clean timings).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import json
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from suite.core import checkpoint as ckpt
+from suite.core.context import RunContext
+from suite.core.device import tune_allocator
+from suite.core.method import DTYPES, Method
+from suite.core.problem import Problem
+from suite.core.registry import load_all, make_method, make_problem
+from suite.core.types import Draws
+from suite.results import draws_file
+from suite.results import records as rec
+from suite.run.runner import execute, gold_draws
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything a worker needs to redo one planned run: names, resolved options, the run's context, where to write.
+
+    ``method_settings`` are the options the planner resolved (:meth:`Method.resolve`): the worker builds the method
+    from them and runs it as it is, without resolving again.
+    """
+
+    key: rec.RunKey
+    method_settings: dict[str, Any]
+    profile: str
+    num_draws: int
+    device: str
+    eval_draws: int
+    out: Path
+    jobs: int
+    threads: int
+    problem_options: dict[str, Any] = field(default_factory=dict)
+    #: Seconds between two saves of a resumable run's state (see :mod:`suite.core.checkpoint`); 0: never save.
+    checkpoint_every_s: float = ckpt.DEFAULT_EVERY_S
+    dtype: str = "float64"
+    progress: bool = False
+    #: Compute seconds the run may use (None: the profile's iteration counts decide).
+    time_budget_s: float | None = None
+    #: Counts of an earlier timed run to replay (:class:`suite.core.context.RunContext`), or None.
+    replay: dict[str, Any] | None = None
+    #: Folder of the run's checkpoints (``--checkpoint-dir``); None: ``out/checkpoints``.
+    checkpoint_dir: Path | None = None
+    #: Create the record only if none is there (False with ``--force``, which replaces it).
+    exclusive: bool = True
+
+    def checkpoint_file(self) -> Path:
+        """Where this run saves and finds its checkpoint."""
+        return checkpoint_file(self.out, self.key.filename, self.checkpoint_dir)
+
+
+def checkpoint_file(out: Path, record_filename: str, checkpoint_dir: Path | None) -> Path:
+    """A run's checkpoint: under ``checkpoint_dir`` when given (a path all workers see), else ``out/checkpoints``."""
+    if checkpoint_dir is None:
+        return ckpt.checkpoint_path(out, record_filename)
+    return Path(checkpoint_dir) / (Path(record_filename).stem + ".pt")
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def default_jobs(device: torch.device) -> int:
+    """One job per usable core (at most 8) on a CPU; one on a GPU, whose runs would only queue."""
+    return 1 if device.type == "cuda" else max(1, min(8, usable_cores()))
+
+
+#: Gold-standard draws by (problem, its options, number of draws), kept for the runs a process executes.
+_GOLD: dict[tuple[str, str, int], Draws | None] = {}
+PR_SET_PDEATHSIG = 1
+
+
+#: Seconds between two checks of a worker's watchdog that its parent is still alive.
+WATCHDOG_INTERVAL_S = 0.5
+#: Exit status of a worker that ends itself because ``run_all.py`` is gone.
+ORPHAN_EXIT_CODE = 3
+#: The process that started this worker (None outside a worker: serial runs never check).
+_PARENT_PID: int | None = None
+
+
+def parent_alive(parent_pid: int | None = None) -> bool:
+    """Whether this worker's parent (``parent_pid``, default the one recorded at start) is still its parent."""
+    expected = _PARENT_PID if parent_pid is None else parent_pid
+    return expected is None or os.getppid() == expected
+
+
+def _exit_if_orphaned(parent_pid: int | None = None) -> None:
+    """End this worker at once (no cleanup, no record) when its parent has died."""
+    if not parent_alive(parent_pid):
+        os._exit(ORPHAN_EXIT_CODE)
+
+
+def _watch_parent(parent_pid: int, interval_s: float) -> None:
+    while True:
+        _exit_if_orphaned(parent_pid)
+        time.sleep(interval_s)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """End this worker whenever ``parent_pid`` dies: kernel signal (Linux), a re-check, and a watchdog thread.
+
+    A spawned worker gets here only after importing the suite (seconds), and the parent may already be gone:
+    the death signal then never comes, so the parent is checked right after asking for it. The kernel signal
+    is also tied to the parent's creating thread and is Linux-only; a daemon thread polling the parent covers
+    both (an orphan is reparented, so its ``getppid()`` changes).
+    """
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass  # other systems: the watchdog below ends an orphan within WATCHDOG_INTERVAL_S
+    _exit_if_orphaned(parent_pid)
+    watchdog = threading.Thread(
+        target=_watch_parent, args=(parent_pid, WATCHDOG_INTERVAL_S), name="parent-watchdog", daemon=True
+    )
+    watchdog.start()
+
+
+def _init_worker(threads: int, parent_pid: int) -> None:
+    global _PARENT_PID
+    _PARENT_PID = parent_pid
+    _die_with_parent(parent_pid)
+    torch.set_num_threads(threads)
+    tune_allocator()
+    load_all()
+
+
+def run_spec(spec: RunSpec, problem: Problem | None = None, method: Method | None = None) -> tuple[str, str | None]:
+    """Execute one run and write its record; returns (status, reason). Rebuilds problem/method when not given."""
+    _exit_if_orphaned()  # a queued run handed to a worker whose parent has died is never started
+    problem = make_problem(spec.key.problem, **spec.problem_options) if problem is None else problem
+    problem.use_reference_profile(spec.profile)  # a paper run is scored against a paper-size reference if there is one
+    method = make_method(spec.key.method, **spec.method_settings) if method is None else method
+    gold_key = (spec.key.problem, json.dumps(spec.problem_options, sort_keys=True), spec.eval_draws, spec.profile)
+    if gold_key not in _GOLD:
+        _GOLD[gold_key] = gold_draws(problem, spec.eval_draws)
+    plot_path = Path(spec.out) / "plots" / f"{Path(spec.key.filename).stem}.png"
+    path = spec.checkpoint_file()
+    context = RunContext(
+        seed=spec.key.seed,
+        device=torch.device(spec.device),
+        dtype=DTYPES[spec.dtype],
+        profile=spec.profile,
+        num_draws=spec.num_draws,
+        progress=spec.progress,
+        checkpoint=ckpt.CheckpointSlot(path, spec.checkpoint_every_s) if spec.checkpoint_every_s > 0 else None,
+        time_budget_s=spec.time_budget_s,
+        replay=spec.replay,
+    )
+    run_info = {
+        "method_options": spec.key.config.get("method_options", {}),
+        "config_hash": spec.key.config_hash,
+        "run_config": spec.key.config,
+        "parallel": {"jobs": spec.jobs, "threads_per_job": spec.threads},
+    }
+    draws_path = draws_file.draws_path(spec.out, spec.key.filename)
+    record = execute(problem, method, context, _GOLD[gold_key], plot_path, run_info, draws_path)
+    _exit_if_orphaned()  # nobody would read the record: leave the folder as the parent's death left it
+    try:
+        rec.write_record(spec.out, spec.key, record, exclusive=spec.exclusive)
+    except rec.RecordExists:
+        pass  # another process recorded this run first (a file system without working locks): its record stands
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC and not exc.filename:  # name the record the full disk refused
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(rec.record_path(spec.out, spec.key))) from exc
+        raise
+    path.unlink(missing_ok=True)  # the record now holds the result; a failed run starts afresh when asked again
+    return record["status"], record["reason"]
+
+
+def run_in_workers(specs: list[RunSpec], jobs: int, threads: int) -> Iterator[tuple[RunSpec, str, str | None]]:
+    """Yield (spec, status, reason) as runs finish in ``jobs`` spawned worker processes.
+
+    Runs are handed out one at a time, so a worker that finishes early takes
+    the next. On an interrupt, runs not yet started are cancelled; finished
+    ones already have their records. When a worker dies the pool is broken:
+    the runs not yet handed out are yielded as failed (no record) too. A full
+    disk (``OSError`` ENOSPC) is raised, not turned into failed runs.
+    """
+    context = multiprocessing.get_context("spawn")  # a forked child may inherit a locked OpenMP pool
+    initargs = (threads, os.getpid())
+    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker, initargs=initargs) as pool:
+        pending: dict[Future, RunSpec] = {}
+        queue = list(reversed(specs))
+        try:
+            broken: str | None = None
+            while pending or (queue and broken is None):
+                while queue and len(pending) < jobs and broken is None:
+                    try:
+                        pending[pool.submit(run_spec, queue[-1])] = queue[-1]
+                        queue.pop()
+                    except BrokenProcessPool as exc:
+                        broken = f"not run: a worker process died and took the pool with it ({exc})"
+                if not pending:
+                    break
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    spec = pending.pop(future)
+                    try:
+                        status, reason = future.result()
+                    except Exception as exc:  # the worker itself died (killed, out of memory)
+                        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+                            raise
+                        status, reason = "failed", f"worker process failed: {type(exc).__name__}: {exc}"
+                    yield spec, status, reason
+            for spec in reversed(queue):
+                yield spec, "failed", broken
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise

@@ -1,0 +1,1 @@
+"""Scores of a result against ground truth: model-probability errors, cross-entropies, traces."""

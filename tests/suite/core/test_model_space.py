@@ -1,0 +1,48 @@
+"""Model spaces: identifiers, uniform draws and jump proposals."""
+
+import pytest
+import torch
+
+from suite.core.model_space import BinarySpace, CategoricalSpace
+
+
+def test_categorical_identifiers_round_trip() -> None:
+    space = CategoricalSpace(["a", "b", "c"])
+    assert [space.index(space.identifier(i)) for i in range(3)] == [0, 1, 2]
+    with pytest.raises(KeyError, match="valid: a, b, c"):
+        space.index("z")
+
+
+def test_categorical_jumps_are_uniform_over_other_models() -> None:
+    space = CategoricalSpace(["a", "b", "c", "d"])
+    gen = torch.Generator().manual_seed(1)
+    m = torch.zeros(120_000, dtype=torch.int64)
+    new, log_ratio = space.propose_jump(m, gen)
+    assert (new != m).all() and (log_ratio == 0).all()
+    freq = torch.bincount(new, minlength=4).double() / len(m)
+    # each of models 1..3 has probability 1/3; 4 binomial standard errors ~ 0.0054
+    assert torch.allclose(freq[1:], torch.full((3,), 1 / 3, dtype=torch.float64), atol=0.0055)
+
+
+def test_binary_identifiers_put_bit_zero_first() -> None:
+    space = BinarySpace(4)
+    assert space.identifier(1) == "1000" and space.identifier(6) == "0110"
+    assert all(space.index(space.identifier(i)) == i for i in range(16))
+    assert space.bits(torch.tensor([6])).tolist() == [[False, True, True, False]]
+
+
+def test_binary_jumps_flip_exactly_one_bit() -> None:
+    space = BinarySpace(5)
+    gen = torch.Generator().manual_seed(2)
+    m = space.sample_uniform(10_000, gen)
+    new, log_ratio = space.propose_jump(m, gen)
+    flipped = (space.bits(m) ^ space.bits(new)).sum(-1)
+    assert (flipped == 1).all() and (log_ratio == 0).all()
+
+
+def test_index_checks() -> None:
+    space = CategoricalSpace(["a", "b"])
+    with pytest.raises(ValueError):
+        space.check_indices(torch.tensor([0, 2]))
+    with pytest.raises(TypeError):
+        space.check_indices(torch.tensor([0.0]))
