@@ -54,7 +54,7 @@ class ConjugateVS(Problem):
 
     main_metric: ClassVar[str] = "model_prob_tv"
     #: The general form (any num_covariates) runs only when named; the sweep instances below are planned.
-    profiles: ClassVar[tuple[str, ...]] = ()
+    planned_in: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -277,7 +277,7 @@ class _ConjugateVSSweep(ConjugateVS):
     """conjugate-vs with a fixed number of candidate covariates (one point of the cardinality sweep)."""
 
     num_covariates: ClassVar[int]
-    profiles: ClassVar[tuple[str, ...]] = ("paper",)
+    planned_in: ClassVar[tuple[str, ...]] = ("paper",)
     #: Named in the quick profile (none is planned there), every method gets a minute: issue 32's budget for
     #: VTI's model distribution on 256 exact models.
     time_budgets: ClassVar[dict[str, float]] = {"quick": 60.0}
@@ -295,7 +295,7 @@ def _register_sweep(num_covariates: int, profiles: tuple[str, ...] = ("paper",))
         {"num_covariates": num_covariates},
         doc,
         num_covariates=num_covariates,
-        profiles=profiles,
+        planned_in=profiles,
         sweep=(SWEEP_NAME, num_covariates),
     )
 
@@ -311,7 +311,7 @@ class _ConjugateVSFig4(_ConjugateVSSweep):
     set in the quick profile, so the study compares methods at equal walltime as |M| grows.
     """
 
-    profiles: ClassVar[tuple[str, ...]] = ()
+    planned_in: ClassVar[tuple[str, ...]] = ()
     data_sets: ClassVar[dict[str, int]] = {"smoke": 1, "quick": 3, "paper": 10}
     first_data_seed: ClassVar[int] = 1
 

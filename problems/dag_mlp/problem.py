@@ -133,7 +133,7 @@ class DAGMLP(Problem):
     main_metric: ClassVar[str] = "shd"
     higher_is_better: ClassVar[frozenset[str]] = HIGHER_IS_BETTER
     #: Too slow for the default CPU quick run (see the README); named, it runs in any profile.
-    profiles: ClassVar[tuple[str, ...]] = ("paper",)
+    planned_in: ClassVar[tuple[str, ...]] = ("paper",)
 
     def __init__(
         self,

@@ -190,7 +190,7 @@ class GaussianMixture2D(Problem):
     higher_is_better: ClassVar[frozenset[str]] = frozenset({"q_true_k"})
     #: Left out of the default quick run (its ten methods take ~5 minutes of the 15-minute budget); named
     #: explicitly (``--problems gmm-2d``) it runs in any profile.
-    profiles: ClassVar[tuple[str, ...]] = ("smoke", "paper")
+    planned_in: ClassVar[tuple[str, ...]] = ("smoke", "paper")
     #: Named in the quick profile, a minute per method: VTI's flows need a few hundred iterations with every k in
     #: the batch before q(k) may concentrate (issue 32; the suite's default 10 s gave ~300 iterations in all).
     time_budgets: ClassVar[dict[str, float]] = {"quick": 60.0}
@@ -432,7 +432,7 @@ class GaussianMixture2D(Problem):
 class GaussianMixture2DK100(GaussianMixture2D):
     """2-D Gaussian mixture with unknown k <= 100 (true k = 50, N = 4000): the [GMM-ref] configuration."""
 
-    profiles: ClassVar[tuple[str, ...]] = ("paper",)
+    planned_in: ClassVar[tuple[str, ...]] = ("paper",)
 
     def __init__(
         self,

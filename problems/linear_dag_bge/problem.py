@@ -114,7 +114,7 @@ class _LinearDAGBGe(Problem):
     #: Compute seconds each method gets in the quick profile (equal-time comparison).
     time_budgets: ClassVar[dict[str, float]] = {"quick": 25.0}
     #: ``--problems all`` plans the 30-data-set study only in ``paper``; named, it runs in any profile.
-    profiles: ClassVar[tuple[str, ...]] = ("paper",)
+    planned_in: ClassVar[tuple[str, ...]] = ("paper",)
     #: Data sets (``data_seed`` 0..n-1) planned per profile: BayesDAG Fig. 2 averages over 30.
     data_sets: ClassVar[dict[str, int]] = {"smoke": 1, "quick": 3, "paper": 30}
     main_metric: ClassVar[str] = "mmd"

@@ -240,7 +240,7 @@ class _RobustVSSweep(RobustVS):
 
     num_covariates: ClassVar[int]
     reference_settings: ClassVar[dict] = {"evidence": "rjmcmc"}
-    profiles: ClassVar[tuple[str, ...]] = ("paper",)
+    planned_in: ClassVar[tuple[str, ...]] = ("paper",)
 
 
 def _register_sweep(num_covariates: int, profiles: tuple[str, ...] = ("paper",)) -> type[RobustVS]:
@@ -255,7 +255,7 @@ def _register_sweep(num_covariates: int, profiles: tuple[str, ...] = ("paper",))
         {"num_covariates": num_covariates},
         doc,
         num_covariates=num_covariates,
-        profiles=profiles,
+        planned_in=profiles,
         sweep=(SWEEP_NAME, num_covariates),
     )
 
@@ -287,7 +287,7 @@ class _RobustVSReplicates(RobustVS):
     """
 
     reference_settings: ClassVar[dict] = {"evidence": "rjmcmc"}
-    profiles: ClassVar[tuple[str, ...]] = ()
+    planned_in: ClassVar[tuple[str, ...]] = ()
     data_sets: ClassVar[dict[str, int]] = {"smoke": 1, "quick": 10, "paper": 10}
     first_data_seed: ClassVar[int] = 1000
     #: The command that makes the references of every data set (``suite.reference`` makes the default's only).

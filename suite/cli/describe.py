@@ -168,7 +168,7 @@ def describe_problem(name: str) -> str:
         problem = cls
         lines += ["", f"Could not build it with its defaults: {exc}"]
     lines += ["", "Facts (written into every record of it):", *_facts_lines(problem_facts(problem))]
-    lines += ["", f"In --problems all for the profiles: {', '.join(cls.profiles) or 'none'} (named, it runs in any)"]
+    lines += ["", f"In --problems all for the profiles: {', '.join(cls.planned_in) or 'none'} (named, it runs in any)"]
     if cls.time_budgets:
         budgets = ", ".join(f"{profile} {seconds:g} s" for profile, seconds in cls.time_budgets.items())
         lines.append(f"Compute seconds per run: {budgets} (--time-budget overrides)")

@@ -10,6 +10,7 @@ differentiable in torch; float64 is the default, float32 is allowed.
 from __future__ import annotations
 
 import math
+import warnings
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -184,8 +185,21 @@ class Problem(ABC):
     # ------------------------------------------------- optional: problem-specific scores and pictures
     #: Problem-specific metrics (from :meth:`task_metrics`) where higher is better (e.g. an F1 score).
     higher_is_better: ClassVar[frozenset[str]] = frozenset()
-    #: Profiles in which ``run_all.py --problems all`` plans this problem (naming it runs it in any profile).
-    profiles: ClassVar[tuple[str, ...]] = ("smoke", "quick", "paper")
+    #: Profiles in which ``run_all.py --problems all`` plans this problem (naming it runs it in any profile). Named
+    #: ``profiles`` before (``Method.profiles`` is a method's table of presets): a subclass that still sets
+    #: ``profiles`` gets it here, with a DeprecationWarning.
+    planned_in: ClassVar[tuple[str, ...]] = ("smoke", "quick", "paper")
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "profiles" in vars(cls):  # the old name of planned_in (kept for one release)
+            warnings.warn(
+                f"{cls.__qualname__}.profiles is deprecated: name the profiles that plan the problem planned_in",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            cls.planned_in = tuple(vars(cls)["profiles"])
+
     #: Compute seconds every method gets on this problem, per profile (equal-time comparison); a profile not listed
     #: runs the methods' iteration counts. Only ``quick`` is timed: ``smoke`` must stay seconds, ``paper`` keeps
     #: the papers' iteration counts.

@@ -65,7 +65,7 @@ def register_problem_variant(
     """Register a subclass of ``base`` under ``name`` whose constructor pins the arguments ``fixed``.
 
     The subclass's constructor takes the other arguments of ``base`` (same names, defaults and type hints, so
-    ``--problem-option`` checks them as usual); ``class_attributes`` (e.g. ``profiles``, ``sweep``) are set on it.
+    ``--problem-option`` checks them as usual); ``class_attributes`` (e.g. ``planned_in``, ``sweep``) are set on it.
     """
     signature = inspect.signature(base.__init__)
     kept = [p for p in signature.parameters.values() if p.name not in fixed]

@@ -80,7 +80,7 @@ def problem_instances(
 def plan(spec: GridSpec, device: torch.device) -> tuple[list[PlannedRun], list[Skipped]]:
     """Every (problem, method, seed) to run, and the combinations left out with the reason.
 
-    ``problems="all"`` takes the problems planned for the profile (a problem's ``profiles``; e.g. the 100-component
+    ``problems="all"`` takes the problems planned for the profile (a problem's ``planned_in``; e.g. the 100-component
     mixture only in ``paper``); a problem named explicitly runs in any profile. ``methods="all"`` likewise leaves
     out methods whose ``planned_profiles`` do not list the profile (the optional-library comparators).
 

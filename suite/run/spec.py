@@ -176,7 +176,7 @@ class GridSpec:
         """The problems to plan: those named, or with ``"all"`` those whose class plans them in the profile."""
         if self.problems != "all":
             return list(self.problems)
-        return [name for name in available_problems() if self.profile in problem_class(name).profiles]
+        return [name for name in available_problems() if self.profile in problem_class(name).planned_in]
 
     def method_names(self) -> list[str]:
         """The methods to plan: those named, or with ``"all"`` those planned in the profile (``planned_profiles``)."""

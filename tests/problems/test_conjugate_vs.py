@@ -196,8 +196,8 @@ def test_sweep_registration_and_profiles() -> None:
         problem = make_problem(f"conjugate-vs-p{p}")
         assert problem.num_models == 2**p and problem.dim_max == p + 2  # default noise: inverse-gamma
         assert type(problem).sweep[1] == p
-    assert "quick" not in type(make_problem("conjugate-vs-p8")).profiles  # per-model VI on 256 models: 4.5 min
-    assert type(make_problem("conjugate-vs-p20")).profiles == ("paper",)
+    assert "quick" not in type(make_problem("conjugate-vs-p8")).planned_in  # per-model VI on 256 models: 4.5 min
+    assert type(make_problem("conjugate-vs-p20")).planned_in == ("paper",)
     variant = make_problem("conjugate-vs-p12", noise="known", prior="independent", data_seed=3)
     assert variant.dim_max == 13 and variant.config()["num_covariates"] == 12 and variant.config()["data_seed"] == 3
 

@@ -206,7 +206,7 @@ def test_registration_configs_and_profiles() -> None:
         "data_seed": 21,
     }
     assert paper.config()["max_components"] == 100 and paper.config()["data_seed"] == 42
-    assert paper.profiles == ("paper",) and quick.profiles == ("smoke", "paper")
+    assert paper.planned_in == ("paper",) and quick.planned_in == ("smoke", "paper")
     assert quick.reference_model_probs() is None and quick.reference_draws(10, torch.Generator()) is None
     assert quick.main_metric == "k_abs_error" and quick.higher_is_better == frozenset({"q_true_k"})
 

@@ -270,8 +270,8 @@ def test_the_paper_profile_plans_the_authors_sweep_points() -> None:
     from suite.core.registry import available_problems, problem_class
 
     sweep = {name: problem_class(name) for name in available_problems() if name.startswith("robust-vs-p")}
-    planned = sorted(cls.num_covariates for cls in sweep.values() if "paper" in cls.profiles)
+    planned = sorted(cls.num_covariates for cls in sweep.values() if "paper" in cls.planned_in)
     assert planned == [9, 14, 19, 24]
     assert sorted(cls.num_covariates for cls in sweep.values()) == [9, 12, 14, 16, 19, 20, 24]
-    assert sweep["robust-vs-p16"].profiles == ("smoke",)  # CI's point
+    assert sweep["robust-vs-p16"].planned_in == ("smoke",)  # CI's point
     assert all(cls.sweep[1] == cls.num_covariates for cls in sweep.values())

@@ -15,7 +15,7 @@ from suite.run.runner import execute, gold_draws, resolve_and_run
 PROBLEMS = list(available_problems())
 METHODS = list(available_methods())
 #: Problems every method is run on here: those of the smoke profile (the large sweep instances are left out).
-SMOKE_PROBLEMS = [name for name in PROBLEMS if "smoke" in problem_class(name).profiles]
+SMOKE_PROBLEMS = [name for name in PROBLEMS if "smoke" in problem_class(name).planned_in]
 
 
 def _problem(name: str):

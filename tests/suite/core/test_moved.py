@@ -127,3 +127,20 @@ def test_an_installed_plugin_on_the_old_paths_runs_through_its_entry_points(tmp_
     ]
     # q is uniform and the truth is the prior (1/4, 3/4): total variation 1/4 exactly.
     assert records[0]["metrics"]["model_prob_tv"]["value"] == pytest.approx(0.25, abs=1e-12)
+
+
+def test_a_problem_class_that_still_sets_profiles_is_planned_by_it_with_a_warning() -> None:
+    from suite.core.problem import Problem
+
+    with pytest.warns(DeprecationWarning, match=r"Old\.profiles is deprecated: .* planned_in"):
+
+        class Old(Problem):
+            profiles = ("paper",)
+
+            def mask(self, model_index):  # pragma: no cover - never called
+                raise NotImplementedError
+
+            def log_model_prior(self, model_index):  # pragma: no cover - never called
+                raise NotImplementedError
+
+    assert Old.planned_in == ("paper",) and Problem.planned_in == ("smoke", "quick", "paper")
