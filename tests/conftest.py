@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import torch
@@ -12,6 +13,11 @@ from suite.core.model_space import BinarySpace
 from suite.core.problem import LOG_SQRT_2PI, Problem
 from suite.core.tensor_ops import rows
 from suite.core.types import Draws, ModelProbs
+from tests.fake_time import fake_time  # noqa: F401 (the fake clock fixture, for every test)
+
+# The tests never download a data set (docs/data.md): a problem whose file is nowhere is unavailable and its tests
+# skip. Subprocesses inherit this; tests/suite/core/test_data.py turns downloads on against a local server.
+os.environ.setdefault("TDBENCH_OFFLINE", "1")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -23,6 +23,7 @@ All parameters start from N(0, 0.1^2), as in the paper.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -291,9 +292,16 @@ class ModelInformedFlow(VariationalFamily):
         return z, _std_normal_log_prob(eps, self._rows(self.active, models)) - log_s
 
     def log_prob(self, z: Tensor, models: Tensor | None = None) -> Tensor:
-        """Sequential inversion (no root finding: each step is affine in z_i)."""
+        """Sequential inversion (no root finding: each step is affine in z_i).
+
+        Far from where q has its mass (a funnel's neck, say) the inversion overflows: eps_i grows without bound,
+        the next conditioners see it and return inf, and inf - inf makes the rest NaN. log q is then below the
+        floating-point range (log N(eps) ~ -eps^2 / 2 dominates), so such a finite ``z`` gets -inf, not NaN.
+        """
         _, eps, log_s = self._run(None, z, models)
-        return _std_normal_log_prob(eps, self._rows(self.active, models)) - log_s
+        log_q = _std_normal_log_prob(eps, self._rows(self.active, models)) - log_s
+        overflowed = torch.isnan(log_q) & torch.isfinite(z).all(-1)
+        return torch.where(overflowed, -math.inf, log_q)
 
 
 def num_parameters(family: nn.Module) -> int:

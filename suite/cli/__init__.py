@@ -39,6 +39,8 @@ TOOLS: dict[str, tuple[str, str]] = {
     "readme-table": ("suite.report.readme_table", "print (or --write into README.md) the README's results table"),
     "facts": ("suite.results.facts", "add problem facts to records written before they were kept"),
     "bbe-study": ("suite.studies.bbe_command", "spread of TRJ's bridge estimate per proposal (TRJ Figs. 5, 7)"),
+    "data": ("suite.core.data_command", "list the external data sets (present, where, URL) or fetch the missing"),
+    "check": ("suite.cli.check", "conformance checks of a problem or method (a plug-in's, say): PASS/FAIL per check"),
 }
 
 

@@ -18,6 +18,7 @@ from suite.core.registry import (
     available_problems,
     method_class,
     problem_class,
+    refusal,
 )
 from suite.run import Execution, GridSpec, UsageError
 from suite.run.spec import CLUSTERS, EXECUTORS
@@ -221,7 +222,8 @@ def _parse_assignments(
         if not sep or not dot:
             raise UsageError(f"{flag} {item!r}: expected {kind.upper()}.NAME=VALUE, e.g. {example}")
         if name not in valid:
-            raise UsageError(f"{flag} {item!r}: unknown {kind} {name!r}; valid {kind}s: {', '.join(valid)}")
+            unknown = refusal(kind, name) or f"unknown {kind} {name!r}; valid {kind}s: {', '.join(valid)}"
+            raise UsageError(f"{flag} {item!r}: {unknown}")
         fields = fields_of(name)
         if key not in fields:
             raise UsageError(f"{flag} {item!r}: {name} has no option {key!r}; valid: {', '.join(fields) or 'none'}")

@@ -14,7 +14,14 @@ from suite.core import reference_store
 from suite.core.method import PROFILES, Method
 from suite.core.options import method_annotations, problem_annotations
 from suite.core.problem import Problem
-from suite.core.registry import available_methods, available_problems, make_method, method_class, problem_class
+from suite.core.registry import (
+    available_methods,
+    available_problems,
+    make_method,
+    method_class,
+    problem_class,
+    unknown_name,
+)
 from suite.results.facts import problem_facts
 
 #: A method's run settings that are command-line flags, not options (``--no-progress``).
@@ -191,8 +198,5 @@ def describe(name: str) -> str:
     if name in available_methods():
         parts.append(describe_method(name))
     if not parts:
-        raise UnknownName(
-            f"unknown problem or method {name!r}; problems: {', '.join(available_problems())}; "
-            f"methods: {', '.join(available_methods())}"
-        )
+        raise UnknownName(unknown_name(name))
     return "\n\n".join(parts)

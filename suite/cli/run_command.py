@@ -13,6 +13,7 @@ from suite.core.device import tune_allocator
 from suite.core.registry import (
     available_methods,
     available_problems,
+    load_problems,
     make_problem,
 )
 from suite.report.build import report_from_folder
@@ -23,7 +24,7 @@ from suite.run.shards import dry_run_line
 
 
 def print_registry() -> None:
-    """Print every registered problem and method with its one-line description."""
+    """Print every registered problem and method with its one-line description, then the plug-ins not registered."""
     problems, methods = available_problems(), available_methods()
     width = max(map(len, [*problems, *methods]))
     print("Problems (`tdbench describe NAME` for the full text):")
@@ -36,6 +37,11 @@ def print_registry() -> None:
     print("Methods:")
     for name, text in methods.items():
         print(clip(f"  {name:<{width}}  {text}"))
+    refused = load_problems()
+    if refused:  # plug-ins that failed to load or clash with another name, with the reason in full
+        print("Plug-ins not registered:")
+        for problem in refused:
+            print("\n".join(wrap(f"  {problem}", indent="    ")))
 
 
 def report_path_line(out: Path) -> str:

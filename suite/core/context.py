@@ -19,7 +19,16 @@ was made. A run given those counts (``replay``) makes the same decisions at the 
 reading the clock, so a timed run is reproduced bitwise on any machine (``run_all.py --replay-counts``).
 
 **The compute clock** (:class:`ComputeClock`) starts when the run starts and leaves out the seconds spent in
-snapshots; a run resumed from a checkpoint adds the seconds its earlier attempts spent.
+snapshots, up to a free share of the method's own compute; a run resumed from a checkpoint adds the seconds its
+earlier attempts spent.
+
+**The budget rules** (their numbers are in :mod:`suite.core.budget`). (1) Snapshots are free up to 5% of the
+method's compute so far; paused seconds beyond that share count on the clock the moment the snapshot ends, so a
+method whose ``estimate_fn`` does heavy work is stopped sooner by :meth:`RunContext.stop_due` instead of getting
+that work for free. (2) Everything inside ``Method.run`` after the stop (a density fit, the final sampling) counts
+on the clock. (3) A run whose clock at the end passes its budget by more than 10% of the budget (at least half a
+second: one iteration on small budgets) is *over budget*: its record says so (``budget.over_budget``), and the
+leaderboards mark it, never star it, and score it at the budget only by the running estimates it took by then.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from typing import Any
 
 import torch
 
+from suite.core.budget import FREE_SNAPSHOT_SHARE
 from suite.core.checkpoint import CheckpointSlot
 from suite.core.device import synchronize
 from suite.core.types import Draws, ModelProbs
@@ -58,13 +68,17 @@ def snapshot_fractions(points: int = SNAPSHOT_POINTS, first: float = FIRST_POINT
 class ComputeClock:
     """Seconds of the method's own compute: wall time since :meth:`start`, minus paused blocks, plus earlier attempts.
 
-    On CUDA a pause synchronises the device first, so queued kernels count as the method's time.
+    Paused seconds beyond ``free_share`` of the compute outside pauses are charged back (:attr:`charged_s`, which
+    never decreases, so the clock never runs backwards). On CUDA a pause synchronises the device first, so queued
+    kernels count as the method's time.
     """
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, free_share: float = FREE_SNAPSHOT_SHARE) -> None:
         self.device = device
+        self.free_share = free_share
         self._start: float | None = None
         self.paused_s = 0.0
+        self.charged_s = 0.0
         self.earlier_s = 0.0
 
     def start(self) -> None:
@@ -76,7 +90,7 @@ class ComputeClock:
         """Compute seconds so far."""
         if self._start is None:
             return self.earlier_s
-        return time.perf_counter() - self._start - self.paused_s + self.earlier_s
+        return time.perf_counter() - self._start - self.paused_s + self.charged_s + self.earlier_s
 
     def add_earlier(self, seconds: float) -> None:
         """Count ``seconds`` spent by earlier, interrupted attempts of this run (resumed from a checkpoint)."""
@@ -93,11 +107,15 @@ class ComputeClock:
             yield
         finally:
             synchronize(self.device)
-            self.paused_s += time.perf_counter() - start
+            now = time.perf_counter()
+            self.paused_s += now - start
+            if self._start is not None:  # beyond the free share, a pause is compute
+                own = now - self._start - self.paused_s
+                self.charged_s = max(self.charged_s, self.paused_s - self.free_share * own)
 
 
 class RunTimer:
-    """Seconds per named phase, leaving out the clock's paused blocks (snapshots) that fall inside a phase."""
+    """Seconds per named phase, leaving out the clock's free paused seconds (snapshots) that fall inside a phase."""
 
     def __init__(self, clock: ComputeClock) -> None:
         self.clock = clock
@@ -107,12 +125,12 @@ class RunTimer:
     def phase(self, name: str) -> Iterator[None]:
         """Time the enclosed block under ``name`` (times add up over repeated phases)."""
         synchronize(self.clock.device)
-        start, paused = time.perf_counter(), self.clock.paused_s
+        start, free = time.perf_counter(), self.clock.paused_s - self.clock.charged_s
         try:
             yield
         finally:
             synchronize(self.clock.device)
-            spent = time.perf_counter() - start - (self.clock.paused_s - paused)
+            spent = time.perf_counter() - start - (self.clock.paused_s - self.clock.charged_s - free)
             self.timings[name] = self.timings.get(name, 0.0) + spent
 
 

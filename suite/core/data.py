@@ -1,72 +1,93 @@
-"""External data sets: one loader with a search path, checksums and clear messages when a file is missing.
+"""External data sets: one loader with a search path, checksums, downloads and clear messages when a file is missing.
 
-Data files are never committed. They are looked up, in order, in each folder
-of the ``TDBENCH_DATA`` environment variable (``os.pathsep``-separated) and in
-``../shared/data`` beside the repository. A problem whose file is missing or
-corrupt reports itself unavailable with :func:`unavailable_reason`, naming the
-file, where to put it and where it comes from.
+Data files are never committed. :func:`locate` looks for a file, in order, in each folder of the ``TDBENCH_DATA``
+environment variable (``os.pathsep``-separated), in the cache folder (``TDBENCH_CACHE``, by default the user's cache
+folder, e.g. ``~/.cache/tdbench``) and in ``../shared/data`` beside the repository; when it is in none of them it
+downloads it from the registry's URL (:mod:`suite.core.data_registry`) into the cache, unless ``TDBENCH_OFFLINE`` is
+set. Every file is checked against its SHA-256. A problem whose file is missing or corrupt reports itself unavailable
+with :func:`unavailable_reason`, naming the file, where to put it and where it comes from. See docs/data.md.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
+from suite.core import data_download
+from suite.core.data_download import CACHE_VAR, DownloadFailed, default_cache
+from suite.core.data_registry import KNOWN_FILES, DataFile
+
+__all__ = [
+    "CACHE_VAR",
+    "ENV_VAR",
+    "KNOWN_FILES",
+    "OFFLINE_VAR",
+    "URL_VAR",
+    "DataFile",
+    "DataUnavailable",
+    "fetch",
+    "find",
+    "locate",
+    "search_folders",
+    "search_path",
+    "unavailable_reason",
+]
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
+#: Folders searched first (``os.pathsep``-separated).
 ENV_VAR = "TDBENCH_DATA"
-
-
-@dataclass(frozen=True)
-class DataFile:
-    """A data file a problem needs: its name, SHA-256 and provenance."""
-
-    name: str
-    sha256: str
-    origin: str
-
-
-#: Every external file the problems use (see ../shared/data/README.md for provenance).
-KNOWN_FILES = {
-    f.name: f
-    for f in (
-        DataFile(
-            "block_vs.csv",
-            "0023993e3f8d17ce5cde2f61dd58af745df07601c7b1a14a0d06179d08a08e62",
-            "simulated robust block variable-selection data distributed with the TRJ paper's code (80 rows)",
-        ),
-        DataFile(
-            "fa_exchange_rates.npy",
-            "d38d8c4bdb68fcfe20380633342b6d39ce28438aa735b1793f145e240b771564",
-            "monthly exchange rates of six currencies against GBP, 1975-1986 (West & Harrison 1997), "
-            "standardised, 143 x 6, as distributed with the TRJ paper's code",
-        ),
-        DataFile(
-            "sachs_cyto_full_data.csv",
-            "fc331dcd0bc1d8765986b88cd1d23dd5a3f52e4ffc299fdf96de9d522ddf01aa",
-            "Sachs et al. (2005) flow cytometry data, 7466 x 11, as shipped with the cdt package",
-        ),
-        DataFile(
-            "sachs_target_edges.csv",
-            "398bc137b2669432ef12e0c57d3783fa876c1c7e2377577d3e75410f085485f6",
-            "the 18 consensus edges of the Sachs network, as shipped with the cdt package",
-        ),
-    )
-}
+#: Set (to anything but ``0``, ``false``, ``no``, ``off`` or nothing) to turn off downloads on first use.
+OFFLINE_VAR = "TDBENCH_OFFLINE"
+#: A base URL that replaces every registry URL by ``BASE/NAME`` (a mirror; the tests' local server).
+URL_VAR = "TDBENCH_DATA_URL"
 
 
 class DataUnavailable(FileNotFoundError):
-    """A data file is missing or does not match its checksum."""
+    """A data file is missing, does not match its checksum, or could not be downloaded."""
+
+
+#: Downloads on first use that failed in this process, by (file, URL), with the message: :func:`locate` does not try
+#: them again (problems ask more than once); :func:`fetch` always does.
+_FAILED: dict[tuple[str, str], str] = {}
+
+
+def cache_folder() -> Path:
+    """The folder downloads go to: ``TDBENCH_CACHE``, else the user's cache folder for tdbench."""
+    return Path(os.environ[CACHE_VAR]) if os.environ.get(CACHE_VAR) else default_cache()
+
+
+def search_folders() -> list[tuple[str, Path]]:
+    """(label, folder) searched for data files, in order: ``TDBENCH_DATA``'s, the cache, ``../shared/data``."""
+    folders = [(ENV_VAR, Path(p)) for p in os.environ.get(ENV_VAR, "").split(os.pathsep) if p]
+    return [*folders, ("cache", cache_folder()), ("shared", REPO_ROOT.parent / "shared" / "data")]
 
 
 def search_path() -> list[Path]:
     """Folders searched for data files, in order."""
-    folders = [Path(p) for p in os.environ.get(ENV_VAR, "").split(os.pathsep) if p]
-    return [*folders, REPO_ROOT.parent / "shared" / "data"]
+    return [folder for _, folder in search_folders()]
 
 
-def _sha256(path: Path) -> str:
+def offline() -> bool:
+    """Whether ``TDBENCH_OFFLINE`` turns off downloads on first use."""
+    return os.environ.get(OFFLINE_VAR, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def spec_for(name: str) -> DataFile:
+    """The registry entry of a data file; KeyError listing the known names."""
+    if name not in KNOWN_FILES:
+        raise KeyError(f"unknown data file {name!r}; known: {', '.join(sorted(KNOWN_FILES))}")
+    return KNOWN_FILES[name]
+
+
+def source_url(spec: DataFile) -> str:
+    """Where a file is downloaded from: ``TDBENCH_DATA_URL/NAME`` when that is set, else the registry's URL."""
+    base = os.environ.get(URL_VAR, "").strip()
+    return f"{base.rstrip('/')}/{spec.name}" if base else spec.url
+
+
+def sha256_of(path: Path) -> str:
+    """The SHA-256 of a file's bytes, in hex."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -74,29 +95,72 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def locate(name: str) -> Path:
-    """Path of a known data file, checked against its SHA-256; raises DataUnavailable with instructions."""
-    if name not in KNOWN_FILES:
-        raise KeyError(f"unknown data file {name!r}; known: {', '.join(sorted(KNOWN_FILES))}")
-    spec = KNOWN_FILES[name]
-    folders = search_path()
-    for folder in folders:
-        path = folder / name
-        if path.is_file():
-            if _sha256(path) != spec.sha256:
-                raise DataUnavailable(
-                    f"{path} does not match the expected SHA-256 {spec.sha256[:12]}...; "
-                    f"replace it with the original file ({spec.origin})"
-                )
-            return path
-    where = " or ".join(str(f) for f in folders)
-    raise DataUnavailable(
-        f"data file {name!r} not found; put it in {where} (or point {ENV_VAR} at its folder). It is: {spec.origin}"
+def find(name: str) -> tuple[str, Path] | None:
+    """(label, path) of the first copy of a known file in the search folders, unchecked; None if there is none."""
+    spec_for(name)
+    for label, folder in search_folders():
+        if (folder / name).is_file():
+            return label, folder / name
+    return None
+
+
+def fetch(name: str) -> Path:
+    """Download a known file into the cache folder (replacing a copy there with the wrong checksum); its path."""
+    spec = spec_for(name)
+    url = source_url(spec)
+    if not url:
+        raise DataUnavailable(f"data file {name!r} has no download URL; it is: {spec.origin}")
+    try:
+        path = data_download.download(url, spec.sha256, cache_folder(), name)
+    except DownloadFailed as exc:
+        raise DataUnavailable(str(exc)) from exc
+    _FAILED.pop((name, url), None)
+    return path
+
+
+def _checked(label: str, path: Path, spec: DataFile) -> Path:
+    if sha256_of(path) == spec.sha256:
+        return path
+    remedy = (
+        f"'tdbench data fetch {spec.name}' replaces it"
+        if label == "cache"
+        else f"replace it with the original file ({spec.origin}) from {source_url(spec) or 'its source'}"
     )
+    raise DataUnavailable(f"{path} does not match the expected SHA-256 {spec.sha256[:12]}...; {remedy}")
+
+
+def locate(name: str, download: bool | None = None) -> Path:
+    """Path of a known data file, checked against its SHA-256, downloaded into the cache if it is nowhere.
+
+    ``download`` None downloads unless ``TDBENCH_OFFLINE`` is set. Raises DataUnavailable saying what to do.
+    """
+    spec = spec_for(name)
+    found = find(name)
+    if found is not None:
+        return _checked(*found, spec)
+    where = " or ".join(str(f) for f in search_path())
+    allowed = not offline() if download is None else download
+    if not allowed:
+        why = f" (downloads on first use are off: {OFFLINE_VAR} is set)" if download is None else ""
+        raise DataUnavailable(
+            f"data file {name!r} not found; put it in {where} (or point {ENV_VAR} at its folder), or download it "
+            f"with 'tdbench data fetch {name}'{why}. It is: {spec.origin}"
+        )
+    attempt = (name, source_url(spec))
+    if attempt in _FAILED:
+        raise DataUnavailable(_FAILED[attempt])
+    try:
+        return fetch(name)
+    except DataUnavailable as exc:
+        _FAILED[attempt] = (
+            f"data file {name!r} not found in {where}, and {exc}. Put it in one of those folders (or point {ENV_VAR} "
+            f"at its folder), or try again with 'tdbench data fetch {name}'. It is: {spec.origin}"
+        )
+        raise DataUnavailable(_FAILED[attempt]) from exc
 
 
 def unavailable_reason(*names: str) -> str | None:
-    """None when every named file is present and intact, else the first problem's message."""
+    """None when every named file is present and intact (downloading a missing one), else the first one's message."""
     for name in names:
         try:
             locate(name)

@@ -4,26 +4,34 @@ Built-in problems and methods register themselves when the ``problems`` and
 ``methods`` packages are imported. Other installed distributions add theirs
 through the entry-point groups ``tdbench.problems`` and ``tdbench.methods``:
 each entry point names a ``Problem`` or ``Method`` subclass (or a module that
-registers its classes on import).
+registers its classes on import). A plug-in that cannot be registered (broken,
+or its name clashes) is kept as a :class:`suite.core.plugins.LoadProblem`,
+reported once on stderr, and named when it is asked for (:func:`refusal`).
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import sys
 import typing
-import warnings
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any, TypeVar
 
 from suite.core.method import Method, check_run_signature
+from suite.core.origin import check_own_packages, module_origin
+from suite.core.plugins import LoadProblem, NameClash, describe_origin, load_group
 from suite.core.problem import Problem
 
 T = TypeVar("T")
 
 _PROBLEMS: dict[str, type[Problem]] = {}
 _METHODS: dict[str, type[Method]] = {}
+#: Distribution of each class registered through an entry point (others are found from their module).
+_ORIGINS: dict[type, dict[str, str]] = {}
+#: Plug-ins that were not registered, and why.
+_LOAD_PROBLEMS: list[LoadProblem] = []
 _loaded = False
 
 
@@ -46,7 +54,11 @@ def _register(table: dict[str, type], base: type, name: str) -> Callable[[type[T
         if base is Method:
             check_run_signature(cls)
         if name in table and table[name] is not cls:
-            raise ValueError(f"{base.__name__.lower()} name {name!r} is already registered by {table[name]!r}")
+            owner = table[name]
+            raise NameClash(
+                f"{base.__name__.lower()} name {name!r} is already registered by {owner.__module__}."
+                f"{owner.__qualname__} (distribution {describe_origin(code_origin(owner))})"
+            )
         cls.name = name  # type: ignore[attr-defined]
         table[name] = cls
         return cls
@@ -89,30 +101,70 @@ def register_method(name: str) -> Callable[[type[T]], type[T]]:
     return _register(_METHODS, Method, name)
 
 
-def _load_entry_points(group: str, table: dict[str, type], base: type) -> None:
-    for ep in entry_points(group=group):
-        try:
-            obj = ep.load()
-        except Exception as exc:  # a broken plug-in must not break the suite
-            warnings.warn(f"could not load entry point {ep.name!r} of {group}: {exc}", stacklevel=2)
-            continue
-        if isinstance(obj, type) and issubclass(obj, base) and ep.name not in table:
-            try:
-                _register(table, base, ep.name)(obj)
-            except TypeError as exc:  # e.g. a method written against the old run() signature: refused, said why
-                warnings.warn(f"entry point {ep.name!r} of {group} refused: {exc}", stacklevel=2)
+def code_origin(cls: type) -> dict[str, str] | None:
+    """``{"distribution": name, "version": version}`` of the distribution providing a registered class, else None.
+
+    Built-ins are ``tdbench`` (its installed version, or the checkout's ``pyproject.toml`` version followed by
+    `` (checkout)``); a class from an entry point, the distribution declaring it; any other class, the
+    distribution that installs its module's top-level package (None for ``__main__`` or a bare folder).
+
+    >>> code_origin(problem_class("sas"))["distribution"]
+    'tdbench'
+    """
+    return _ORIGINS.get(cls) or module_origin(cls.__module__)
 
 
-def load_all() -> None:
-    """Import built-in problems and methods and load entry-point plug-ins (once)."""
+def _load_entry_points(group: str, table: dict[str, type], base: type) -> list[LoadProblem]:
+    """Register the entry points of ``group``; those refused or broken (:mod:`suite.core.plugins`)."""
+    kind = base.__name__.lower()
+
+    def register(name: str, cls: type) -> None:
+        _register(table, base, name)(cls)
+
+    return load_group(list(entry_points(group=group)), kind, table, base, register, _ORIGINS, code_origin)
+
+
+def load_all(report: bool = True) -> None:
+    """Import built-in problems and methods and load entry-point plug-ins (once).
+
+    Refuses (:class:`suite.core.origin.ForeignPackageError`) when ``methods`` or ``problems`` is not tdbench's own
+    package. With ``report``, each plug-in that was not registered is said once on stderr, in one line (worker
+    processes, whose parent said it, pass False).
+    """
     global _loaded
     if _loaded:
         return
+    check_own_packages()  # before importing them: a foreign `methods` folder is never run
     _loaded = True
     importlib.import_module("problems")
     importlib.import_module("methods")
-    _load_entry_points("tdbench.problems", _PROBLEMS, Problem)
-    _load_entry_points("tdbench.methods", _METHODS, Method)
+    found = _load_entry_points("tdbench.problems", _PROBLEMS, Problem)
+    found += _load_entry_points("tdbench.methods", _METHODS, Method)
+    _LOAD_PROBLEMS.extend(found)
+    if report:
+        for problem in found:
+            print(f"tdbench: {problem}", file=sys.stderr)
+
+
+def load_problems() -> list[LoadProblem]:
+    """The plug-ins that were not registered (failed to load, or refused for a clash), with the reasons."""
+    load_all()
+    return list(_LOAD_PROBLEMS)
+
+
+def refusal(kind: str, name: str) -> str | None:
+    """Why the plug-in ``kind`` (``problem`` or ``method``) named ``name`` is not registered, or None."""
+    reasons = [str(problem) for problem in load_problems() if problem.kind == kind and problem.name == name]
+    return "; ".join(reasons) or None
+
+
+def unknown_name(name: str) -> str:
+    """Why ``name`` is neither a registered problem nor method: refused plug-ins' reasons, else the valid names."""
+    refused = [reason for kind in ("problem", "method") if (reason := refusal(kind, name))]
+    return "; ".join(refused) or (
+        f"unknown problem or method {name!r}; problems: {', '.join(available_problems())}; "
+        f"methods: {', '.join(available_methods())}"
+    )
 
 
 def available_problems() -> dict[str, str]:
@@ -130,7 +182,9 @@ def available_methods() -> dict[str, str]:
 def _lookup(table: dict[str, type], kind: str, name: str) -> type:
     load_all()
     if name not in table:
-        raise UnknownNameError(f"unknown {kind} {name!r}; valid {kind}s: {', '.join(sorted(table))}")
+        raise UnknownNameError(
+            refusal(kind, name) or f"unknown {kind} {name!r}; valid {kind}s: {', '.join(sorted(table))}"
+        )
     return table[name]
 
 

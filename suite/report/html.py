@@ -27,6 +27,7 @@ from suite.core.files import write_atomically
 from suite.report.dag_tables import COLUMNS, dag_tables
 from suite.report.leaderboard import (
     NOT_APPLICABLE,
+    beyond_bound,
     display_table,
     format_mean_se,
     higher_is_better,
@@ -67,6 +68,7 @@ td.failed { background: repeating-linear-gradient(45deg, #f8d7da, #f8d7da 6px, #
   color: #8b0000; font-weight: bold; }
 td.missing { background: #fff; color: #bbb; }
 .partial { color: #8b0000; font-size: 0.8em; }
+.over { color: #8a5a00; font-size: 0.8em; }
 .legend span { display: inline-block; padding: 0.1em 0.6em; margin-right: 0.6em; border: 1px solid #ccc; }
 figure { margin: 0.8em 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { font-size: 0.85em; color: #555; }
@@ -202,7 +204,8 @@ def _overview(
             and _finite_or_inf(table.loc[m, column])
         }
         colours = _colours(values, higher)
-        best = _best(values, higher)
+        over = {m for m in values if int(table.loc[m].get("over_budget", 0) or 0)}
+        best = _best({m: v for m, v in values.items() if m not in over}, higher)  # an over-budget run is never best
         cells = []
         for method in methods:
             computed = is_computed_nan(tables[problem], method, column)
@@ -218,6 +221,8 @@ def _overview(
         '<span class="na" style="background:#eee">n/a</span> method does not apply; '
         '<span style="color:#8b0000">failed</span> every run failed (reason on hover and listed below); '
         '<span class="partial">&#9888; k</span> k runs failed; '
+        '<span class="over">&#9201; over budget</span> a run overshot the time budget by more than 10% (never '
+        "starred; scored by what it had estimated by the budget); "
         "<span>&middot;</span> not run; -: the method does not compute the metric. Values: the main metric at the "
         "common budget (median over seeds) when the problem's runs share one, else the mean over seeds.</p>"
     )
@@ -302,10 +307,19 @@ def _matrix_cell(
     value = float(row[column]) if column in row.index else math.nan
     text = _number(value) if computed or not math.isnan(value) else "-"
     if column == metric and f"{metric}_se" in row.index and math.isfinite(value):
-        text = format_mean_se(value, float(row[f"{metric}_se"]))
-    tip = f"{where}: {metric} = {text} ({how}; {runs} run{'s' if runs != 1 else ''})"
+        text = format_mean_se(value, float(row[f"{metric}_se"]), metric=metric)
+    if beyond_bound(metric, value):
+        text = str(beyond_bound(metric, value))
+        tip_extra = f" (the value, {value:.3g}, is beyond the display bound: the method diverged)"
+    else:
+        tip_extra = ""
+    tip = f"{where}: {metric} = {text}{tip_extra} ({how}; {runs} run{'s' if runs != 1 else ''})"
     star = " &#9733;" if method in best else ""
     partial = ""
+    late = int(row.get("over_budget", 0) or 0)
+    if late:
+        partial += ' <span class="over">&#9201; over budget</span>'
+        tip += f"; {late} run{'s' if late != 1 else ''} over the time budget (scored by its estimates at the budget)"
     if failed:
         partial = f' <span class="partial">&#9888; {failed}</span>'
         tip += f"; {failed} failed: {row['failure_reasons']}"
@@ -430,7 +444,7 @@ def _papers(papers: pd.DataFrame, facts: dict[str, Any] | None) -> str:
         {
             "method": papers["method"],
             "measured -ELBO": [
-                format_mean_se(m, s, e, c)
+                format_mean_se(m, s, e, c, "neg_elbo")
                 for m, s, e, c in zip(
                     papers["measured"], papers["measured_se"], papers["mc_se"], papers["computed"], strict=True
                 )

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from suite.core.files import write_atomically
-from suite.results.records import NOT_APPLICABLE
+from suite.results.records import NOT_APPLICABLE, over_budget
 
 LONG_COLUMNS = ["problem", "method", "seed", "config_hash", "metric", "value", "se", "status", "reason"]
 #: Column order of the summary tables (metrics absent for a problem are dropped).
@@ -183,6 +183,11 @@ def summary_table(long: pd.DataFrame, problem: str, records: list[dict[str, Any]
                 nan_cells.add((str(method), metric))
             if values["se"].notna().any():  # the estimator's own Monte Carlo error, averaged over seeds
                 row[f"{metric}_mc_se"] = float(values["se"].mean())
+        row["over_budget"] = sum(
+            1
+            for rec in records
+            if rec["problem"] == problem and rec["method"] == method and rec["status"] == "ok" and over_budget(rec)
+        )
         reasons = sorted(set(failed["reason"].dropna()))
         row["failure_reasons"] = "; ".join(reasons)
         row["not_applicable"] = "; ".join(sorted(set(group.loc[group["status"] == NOT_APPLICABLE, "reason"].dropna())))
@@ -289,8 +294,10 @@ def trace_columns(records: list[dict[str, Any]], problem: str) -> tuple[dict[str
     - ``<m>@<T>s``: the median over seeds of the running value at ``T`` compute seconds (:func:`value_at`), over the
       seeds that had an estimate by then (NaN, shown ``-``, when none had). ``T`` is 10%, 30% and 100% of the common
       time budget when the problem's runs share one (:func:`common_budget`), else 1, 10 and 100 s. At the common
-      budget a run's value is its final one (a run stops at the budget, overshooting by at most one iteration;
-      a run without a trace contributes its final metric there).
+      budget a run's value is its final one (a run stops at the budget, overshooting by at most the allowance of
+      :func:`suite.core.budget.budget_allowance_s`; a run without a trace contributes its final metric there),
+      except for a run over budget (:func:`suite.results.records.over_budget`): its value there is the last
+      running estimate it took by the budget.
     - ``t(<m><=x)`` (or ``>=``): the median over traced seeds of :func:`time_to_reach` for the target of
       :data:`REACH_TARGETS`, a seed that never reached it counting as infinite (so inf, shown ``not reached``, when
       at least half the seeds did not); ``t(...) seeds``: ``k/n``, how many of the n traced seeds reached it.
@@ -319,7 +326,9 @@ def trace_columns(records: list[dict[str, Any]], problem: str) -> tuple[dict[str
             values = []
             for rec in mine:
                 s = series[id(rec)]
-                if budget is not None and t == times[-1]:
+                if budget is not None and t == times[-1] and over_budget(rec):
+                    v = value_at(*s, t) if s else None  # only what it had estimated by the budget
+                elif budget is not None and t == times[-1]:
                     final = (rec.get("metrics") or {}).get(metric, {}).get("value")
                     v = final if final is not None else (s[1][-1] if s else None)
                 else:
@@ -374,15 +383,39 @@ def _direction(table: pd.DataFrame) -> str:
     return "higher" if table.attrs.get("main_metric") in table.attrs.get("higher_is_better", ()) else "lower"
 
 
-def format_mean_se(mean: float | None, se: float, mc_se: float = math.nan, computed: bool = False) -> str:
+#: Metrics shown as ``>1e6`` beyond this magnitude (records and CSVs keep the value): a cross-entropy of 1e91 says
+#: that a method diverged, and is not a number to compare with others.
+DISPLAY_BOUNDS: dict[str, float] = {"cross_entropy": 1e6, "kl_joint": 1e6, "neg_elbo": 1e6, "kl_reverse": 1e6}
+
+
+def beyond_bound(metric: str | None, value: float | None) -> str | None:
+    """``>1e6`` (or ``<-1e6``) when a finite ``value`` of ``metric`` lies beyond its display bound, else None.
+
+    Example:
+        >>> beyond_bound("cross_entropy", 3.2e91), beyond_bound("cross_entropy", 12.5), beyond_bound("tv", 1e9)
+        ('>1e6', None, None)
+    """
+    bound = DISPLAY_BOUNDS.get(metric or "")
+    if bound is None or value is None or not math.isfinite(value) or abs(value) <= bound:
+        return None
+    exponent = round(math.log10(bound))
+    return f">1e{exponent}" if value > 0 else f"<-1e{exponent}"
+
+
+def format_mean_se(
+    mean: float | None, se: float, mc_se: float = math.nan, computed: bool = False, metric: str | None = None
+) -> str:
     """``mean ± se (MC ± mc_se)`` with the parts that are defined; a NaN mean is ``nan`` if ``computed`` else ``-``.
 
     ``computed``: the mean is of values that were computed (a NaN among them makes it NaN), not of none at all.
+    ``metric``: its name, so that a value beyond its display bound shows as ``>1e6`` (:func:`beyond_bound`).
     """
     if mean is None or (isinstance(mean, float) and math.isnan(mean)):
         return "nan" if computed and mean is not None else MISSING
     if math.isinf(mean):
-        return "inf"
+        return "inf" if mean > 0 else "-inf"
+    if beyond_bound(metric, mean):
+        return str(beyond_bound(metric, mean))
     text = f"{mean:.4g}"
     if not math.isnan(se):
         text += f" ± {se:.2g}"
@@ -406,9 +439,12 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
     for metric in metrics:
         mc = table[f"{metric}_mc_se"] if f"{metric}_mc_se" in table else [math.nan] * len(table)
         shown[metric] = [
-            format_mean_se(m, s, e, is_computed_nan(table, method, metric))
+            format_mean_se(m, s, e, is_computed_nan(table, method, metric), metric)
             for method, m, s, e in zip(table["method"], table[metric], table[f"{metric}_se"], mc, strict=True)
         ]
+    if "over_budget" in table and table["over_budget"].gt(0).any():
+        pairs = zip(table["over_budget"], table["runs"], strict=True)
+        shown["over_budget"] = [f"{k}/{n}" if k else "" for k, n in pairs]
     if table["failure_reasons"].str.len().gt(0).any():
         shown["failure_reasons"] = table["failure_reasons"]
     if "not_applicable" in table and table["not_applicable"].str.len().gt(0).any():

@@ -53,7 +53,9 @@ def results_table(records: list[dict[str, Any]]) -> str:
         budget = f"{budgets.pop():.3g} s" if len(budgets) == 1 and None not in budgets else "iterations"
         metric = table.attrs["main_metric"]
         direction = "higher" if metric in table.attrs.get("higher_is_better", []) else "lower"
-        cells = [f"`{m}` {_number(v)}" for m, v in ranked[:TOP]] + ["-"] * max(0, TOP - len(ranked))
+        over = dict(zip(table["method"], table["over_budget"], strict=True)) if "over_budget" in table else {}
+        marks = {m: " (over budget)" if over.get(m) else "" for m, _ in ranked}
+        cells = [f"`{m}` {_number(v)}{marks[m]}" for m, v in ranked[:TOP]] + ["-"] * max(0, TOP - len(ranked))
         row = [f"`{problem}`", f"{metric} ({direction} is better)", budget, *cells, str(len(table))]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"

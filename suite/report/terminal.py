@@ -79,6 +79,7 @@ def format_problem(problem: str, table: pd.DataFrame, reference: str | None = No
     for _, row in ran.iterrows():
         method = str(row["method"])
         runs = f"{int(row['runs'])}" + (f" ({int(row['failed'])} failed)" if row["failed"] else "")
+        runs += f" ({int(row['over_budget'])} over budget)" if row.get("over_budget", 0) else ""
         cells = [method, runs, _mean_se(table, row, main), short_seconds(float(row.get("walltime_s", math.nan)))]
         cells += [_mean_se(table, row, metric) for metric in extra]
         rows.append(cells)
@@ -100,7 +101,10 @@ def _mean_se(table: pd.DataFrame, row: pd.Series, metric: str) -> str:
     if metric not in row:
         return MISSING
     return short_mean_se(
-        float(row[metric]), float(row.get(f"{metric}_se", math.nan)), is_computed_nan(table, row["method"], metric)
+        float(row[metric]),
+        float(row.get(f"{metric}_se", math.nan)),
+        is_computed_nan(table, row["method"], metric),
+        metric,
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import textwrap
 
-from suite.report.leaderboard import MISSING
+from suite.report.leaderboard import MISSING, beyond_bound
 
 #: Columns of the compact output.
 WIDTH = 120
@@ -38,12 +38,14 @@ def fit_columns(header: list[str], rows: list[list[str]], keep: int, width: int 
     return lines, len(header) - shown
 
 
-def short_mean_se(mean: float, se: float, computed: bool = False) -> str:
-    """``mean ± se`` in few characters (``-``: not computed; ``nan``: computed as NaN)."""
+def short_mean_se(mean: float, se: float, computed: bool = False, metric: str | None = None) -> str:
+    """``mean ± se`` in few characters (``-``: not computed; ``nan``: computed as NaN; ``>1e6``: beyond its bound)."""
     if isinstance(mean, float) and math.isnan(mean):
         return "nan" if computed else MISSING
     if math.isinf(mean):
         return "inf" if mean > 0 else "-inf"
+    if beyond_bound(metric, mean):
+        return str(beyond_bound(metric, mean))
     text = f"{mean:.3g}"
     return text if isinstance(se, float) and math.isnan(se) else f"{text} ± {se:.2g}"
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from suite.core.budget import is_over_budget
 from suite.core.files import CHECKPOINTS_DIR, TEMPORARY_SUFFIX, write_temporary
 
 SCHEMA_VERSION = 1
@@ -329,3 +330,24 @@ def load_replay_counts(source: Path) -> dict[tuple[str, str, int, str], dict[str
     if not found:
         raise ValueError(f"{source}: no record of a timed run (one with a time budget) to replay")
     return found
+
+
+def over_budget(record: dict[str, Any]) -> bool:
+    """Whether an ``ok`` run overshot its time budget beyond the allowance (:func:`suite.core.context.is_over_budget`).
+
+    Records written before the suite judged it are judged here by the same rule, from their walltime and budget;
+    a replayed run is never over budget (counts, not the clock, set its length).
+
+    Example:
+        >>> over_budget({"budget": {"time_budget_s": 2.0}, "metrics": {"walltime_s": {"value": 5.9}}})
+        True
+    """
+    budget = record.get("budget")
+    if not isinstance(budget, dict):
+        return False
+    if "over_budget" in budget:
+        return budget["over_budget"] is True
+    seconds, limit = (record.get("metrics") or {}).get("walltime_s", {}).get("value"), budget.get("time_budget_s")
+    if budget.get("replayed") or not isinstance(seconds, int | float) or not isinstance(limit, int | float):
+        return False
+    return limit > 0 and is_over_budget(float(seconds), float(limit))

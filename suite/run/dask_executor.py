@@ -147,7 +147,7 @@ def _prepare_worker() -> None:
     global _WORKER_READY
     if not _WORKER_READY:
         tune_allocator()
-        load_all()
+        load_all(report=False)  # the client has said which plug-ins did not load
         _WORKER_READY = True
 
 

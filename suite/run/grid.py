@@ -6,6 +6,7 @@ and its record written as soon as it is done; an interrupted grid resumes where 
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import time
@@ -269,11 +270,15 @@ def _layout(jobs: int, num_runs: int, session: Any) -> tuple[int, int]:
 
 
 def _run_serially(specs: list[par.RunSpec], by_key: dict[str, PlannedRun], bar: Any) -> Iterator[Any]:
-    """Yield (spec, status, reason) running each spec in this process, on the planned objects."""
+    """Yield (spec, status, reason) running each spec in this process, on copies of the planned objects.
+
+    Each run gets its own deep copy of the planned problem and method, so that nothing a method does to the
+    instances it was given (reassigning ``problem.log_joint``, say) reaches the next run, as in a worker process.
+    """
     for spec in specs:
         run = by_key[spec.key.filename]
         bar.set_postfix_str(f"{spec.key.problem} / {spec.key.method} / seed {spec.key.seed}")
-        status, reason = par.run_spec(spec, run.problem, run.method)
+        status, reason = par.run_spec(spec, copy.deepcopy(run.problem), copy.deepcopy(run.method))
         yield spec, status, reason
 
 

@@ -155,7 +155,7 @@ def _init_worker(threads: int, parent_pid: int) -> None:
     _die_with_parent(parent_pid)
     torch.set_num_threads(threads)
     tune_allocator()
-    load_all()
+    load_all(report=False)  # the parent process has said which plug-ins did not load
 
 
 def run_spec(spec: RunSpec, problem: Problem | None = None, method: Method | None = None) -> tuple[str, str | None]:

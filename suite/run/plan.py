@@ -12,7 +12,7 @@ import torch
 from suite.core import reference_store
 from suite.core.method import Method
 from suite.core.problem import Problem
-from suite.core.registry import available_methods, make_method, make_problem, problem_class
+from suite.core.registry import available_methods, code_origin, make_method, make_problem, problem_class
 from suite.results import records as rec
 from suite.results.records import NOT_APPLICABLE
 from suite.run.runner import _jsonable
@@ -128,6 +128,7 @@ def plan(spec: GridSpec, device: torch.device) -> tuple[list[PlannedRun], list[S
                 "device": device.type,
                 "dtype": spec.dtype,
                 "time_budget_s": budget_s,
+                **plugin_versions(problem, method),
             }
             for seed in range(seeds_for(method, spec)):
                 replay = replay_for(spec, problem, method_name, seed)
@@ -148,6 +149,17 @@ def plan(spec: GridSpec, device: torch.device) -> tuple[list[PlannedRun], list[S
                     )
                 )
     return runs, list(dict.fromkeys(notes))  # one note per problem, not per data set
+
+
+def plugin_versions(problem: Problem, method: Method) -> dict[str, Any]:
+    """``{"plugin_code": {...}}`` naming the distribution and version of a plug-in method's or problem's code.
+
+    Part of a run's key, so that a plug-in released under a new version is run again rather than keeping the
+    records of its old code; empty for tdbench's own classes (their records stand across tdbench versions).
+    """
+    origins = {"method": code_origin(type(method)), "problem": code_origin(type(problem))}
+    plugins = {k: v for k, v in origins.items() if v is not None and v.get("distribution") != "tdbench"}
+    return {"plugin_code": plugins} if plugins else {}
 
 
 def time_budget_for(problem: Problem, spec: GridSpec) -> float | None:

@@ -12,15 +12,18 @@ from typing import Any
 import torch
 
 from suite.core import reference_store
+from suite.core.budget import budget_allowance_s, is_over_budget
 from suite.core.context import BudgetTooSmall, RunContext
 from suite.core.method import Method, Result
 from suite.core.model_space import model_keys
 from suite.core.problem import Problem
+from suite.core.registry import code_origin
 from suite.core.types import Draws, ModelProbs
 from suite.results import draws_file
 from suite.results import records as rec
 from suite.results.facts import problem_facts
 from suite.run.harness import PeakMemory, PhaseTimer, environment, warm_up_torch
+from suite.run.result_checks import result_problem
 from suite.scoring import metrics
 from suite.scoring.trace import score_trace
 
@@ -168,6 +171,19 @@ def _model_table(
     return table
 
 
+def _recorded_model_table(
+    problem: Problem, result: Result, cross_entropy: dict[Any, tuple[float, float | None, int]] | None
+) -> dict[str, Any] | None:
+    """:func:`_model_table` of a result; for a failed one whose estimate cannot be tabled (indices outside the
+    space, say), None: the reason says what was wrong with it."""
+    try:
+        return _model_table(problem, result.model_probs, cross_entropy)
+    except Exception:
+        if result.status == "ok":
+            raise
+        return None
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.detach().cpu().tolist()
@@ -231,6 +247,19 @@ def save_result_draws(
     return {"path": f"{draws_file.DRAWS_DIR}/{Path(path).name}", **saved, "log_q": log_q is not None}
 
 
+def budget_use(context: RunContext, clock_s: float) -> dict[str, Any]:
+    """The record's account of a run's clock against its budget: ``clock_s``, ``allowance_s``, ``over_budget``.
+
+    ``over_budget`` is None without a budget and for a replayed run (its length was set by counts, not the clock),
+    else :func:`suite.core.context.is_over_budget` of the run's whole clock, work after the stop included.
+    """
+    budget = context.time_budget_s
+    if budget is None or context.replay is not None:
+        return {"clock_s": clock_s, "allowance_s": None, "over_budget": None}
+    allowance = budget_allowance_s(budget)
+    return {"clock_s": clock_s, "allowance_s": allowance, "over_budget": is_over_budget(clock_s, budget)}
+
+
 def resolve_and_run(method: Method, problem: Problem, context: RunContext) -> Result:
     """Resolve ``method``'s options for ``problem`` and ``context.profile`` and run it (tests and direct calls).
 
@@ -284,7 +313,10 @@ def execute(
             with timer.phase("evaluate"):
                 # A method that never left its starting points on a NaN target can look "ok" (e.g. chains started
                 # at reference draws): its draws must be somewhere the target is defined.
-                if result.draws is not None and not target_finite_somewhere(problem, result.draws, device, dtype):
+                invalid = result_problem(problem, result, device, dtype)
+                if invalid is not None:
+                    result.status, result.reason = "failed", f"invalid result: {invalid}"
+                elif result.draws is not None and not target_finite_somewhere(problem, result.draws, device, dtype):
                     result.status, result.reason = "failed", NON_FINITE_TARGET
                 else:
                     scores = evaluate(problem, result, draws, device, dtype)
@@ -315,6 +347,7 @@ def execute(
             draws_path.unlink(missing_ok=True)  # no stale draws of an earlier run beside this run's record
     timings = {**context.timer.timings, **result.timings, **timer.timings, "method_total": method_wall}
     timings["snapshots"] = context.clock.paused_s
+    timings["snapshots_charged"] = context.clock.charged_s
     scores["walltime_s"] = metrics.Estimate(method_wall)
     info = dict(run_info or {})
 
@@ -333,14 +366,16 @@ def execute(
             "num_draws": context.num_draws,
             "time_budget_s": context.time_budget_s,
             "replayed": context.replay is not None,
+            **budget_use(context, method_wall),
         },
         reference=reference_store.describe(problem),
+        code={"method": code_origin(type(method)), "problem": code_origin(type(problem))},
         num_gold_draws=None if draws is None else len(draws),
         traceback=error_trace,
         metrics={k: {"value": v.value, "se": v.se} for k, v in scores.items()},
         trace=trace,
         counts=_jsonable(context.counts),
-        model_probs=_model_table(problem, result.model_probs, model_cross_entropy),
+        model_probs=_recorded_model_table(problem, result, model_cross_entropy),
         metrics_scope=result.metrics_scope,
         plot=None if plot is None else str(plot),
         draws=saved_draws,

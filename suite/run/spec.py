@@ -20,7 +20,7 @@ from suite.core import checkpoint as ckpt
 from suite.core.device import DEVICE_CHOICES, resolve_device
 from suite.core.method import DTYPES, PROFILES
 from suite.core.options import OptionError, check_option, method_annotations, problem_annotations
-from suite.core.registry import available_methods, available_problems, method_class, problem_class
+from suite.core.registry import available_methods, available_problems, method_class, problem_class, refusal
 from suite.results import records as rec
 from suite.run import parallel as par
 from suite.run.cluster_config import load_cluster_config, require_jobqueue
@@ -53,8 +53,12 @@ def parse_names(text: str | Sequence[str], valid: Mapping[str, str], kind: str) 
     if not names:
         raise UsageError(f"no {kind}s given; valid {kind}s: {', '.join(valid)}")
     unknown = [n for n in names if n not in valid]
-    if unknown:
-        raise UsageError(f"unknown {kind}(s) {', '.join(map(repr, unknown))}; valid {kind}s: {', '.join(valid)}")
+    if unknown:  # a plug-in that failed to load or was refused is named with the reason
+        refused = [reason for n in unknown if (reason := refusal(kind, n))]
+        unknown = [n for n in unknown if not refusal(kind, n)]
+        if unknown:
+            refused.append(f"unknown {kind}(s) {', '.join(map(repr, unknown))}; valid {kind}s: {', '.join(valid)}")
+        raise UsageError("; ".join(refused))
     return list(dict.fromkeys(names))
 
 
@@ -65,7 +69,8 @@ def _check_options(
     checked: dict[str, dict[str, Any]] = {}
     for name, values in options.items():
         if name not in valid:
-            raise UsageError(f"{flag}: unknown {kind} {name!r}; valid {kind}s: {', '.join(valid)}")
+            unknown = refusal(kind, name) or f"unknown {kind} {name!r}; valid {kind}s: {', '.join(valid)}"
+            raise UsageError(f"{flag}: {unknown}")
         fields = fields_of(name)
         for key, value in values.items():
             if key not in fields:

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from methods.mif.families import GaussianVIP, ModelInformedFlow
+from methods.mif.families import GaussianVIP, ModelInformedFlow, _std_normal_log_prob
 from methods.mif.method import _prior_function
 from suite.core.registry import make_problem
 
@@ -67,3 +67,23 @@ def test_log_density_is_base_density_minus_the_log_jacobian(problem_name: str, i
         _, log_q = family.forward_map(eps, models)
         base = float((-0.5 * e0 * e0 - 0.5 * math.log(2 * math.pi)).sum())
         assert float(log_q) == pytest.approx(base - float(torch.linalg.slogdet(jacobian)[1]), abs=1e-8)
+
+
+def test_an_overflowing_inversion_gives_minus_infinity_not_nan() -> None:
+    """Far out, the IAF's sequential inversion overflows (eps_i -> inf, then inf - inf): log q is -inf there, as it
+    is below float64's range, never NaN (which made iaf's cross-entropy NaN on funnel in the default run)."""
+    problem = make_problem("funnel")
+    active = problem.mask(problem.model_space.all_indices())
+    flow = ModelInformedFlow.inverse_autoregressive(
+        active, hidden=6, dtype=torch.float64, generator=torch.Generator().manual_seed(0)
+    )
+    with torch.no_grad():
+        for p in flow.parameters():
+            p.mul_(40.0)  # steep conditioners, as a trained flow has in the neck of the funnel
+        z = torch.zeros(1, 3, problem.dim_max, dtype=torch.float64)
+        z[0, 1, 0], z[0, 2, :] = -15.0, 1e5
+        _, eps, log_s = flow._run(None, z, None)
+        unguarded = _std_normal_log_prob(eps, flow.active) - log_s
+        log_q = flow.log_prob(z)
+    assert torch.isnan(unguarded[0, 2])  # the case the fix is for does arise here
+    assert not torch.isnan(log_q).any() and log_q[0, 2] == -math.inf

@@ -112,8 +112,9 @@ def test_describe_a_problem(capsys: pytest.CaptureFixture) -> None:
         (["run", "--problems", "nope"], "tdbench run: error: unknown problem(s) 'nope'; valid problems: block-vs,"),
         (
             ["reprot", "x"],
-            "invalid choice: 'reprot' (choose from 'run', 'list', 'describe', 'report', 'study', 'reference', "
-            "'compare', 'overview', 'readme-table', 'facts', 'bbe-study')",
+            "invalid choice: 'reprot' (choose from "
+            + ", ".join(map(repr, ["run", "list", "describe", "report", "study", *cli.TOOLS]))
+            + ")",
         ),
         (["report"], "the following arguments are required: RESULTS_DIR"),
         (["run", "--profile", "huge"], "tdbench run: error: argument --profile: invalid choice: 'huge'"),

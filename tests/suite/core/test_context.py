@@ -17,27 +17,11 @@ from suite.core.context import (
     snapshot_fractions,
 )
 from suite.core.types import ModelProbs
+from tests.fake_time import FakeTime
 
 BUDGET_S = 10.0
 STEP_S = 0.125  # exact in binary: the fake clock's sums are exact, so the decisions fall at known iterations
 STEPS_IN_BUDGET = round(BUDGET_S / STEP_S)  # 80
-
-
-class FakeTime:
-    """Stands in for the ``time`` module of suite.core.context: ``perf_counter`` returns ``now``, moved by the test."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def perf_counter(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def fake_time(monkeypatch: pytest.MonkeyPatch) -> FakeTime:
-    fake = FakeTime()
-    monkeypatch.setattr(context_module, "time", fake)
-    return fake
 
 
 def probs_at(iteration: int) -> ModelProbs:
@@ -104,31 +88,36 @@ def test_snapshot_pauses_the_clock(fake_time: FakeTime) -> None:
     context = RunContext(seed=0)
     context.clock.start()
 
-    def slow_estimate() -> ModelProbs:
-        fake_time.now += 30.0
+    def estimate() -> ModelProbs:
+        fake_time.now += 0.08  # 4% of the 2 s of compute so far: within the free share
         return probs_at(7)
 
     with context.timer.phase("train"):
         fake_time.now += 2.0
-        context.snapshot(7, slow_estimate)
+        context.snapshot(7, estimate)
         fake_time.now += 1.0
     assert context.snapshots[0].seconds == 2.0
-    assert context.clock.elapsed() == 3.0 and context.clock.paused_s == 30.0
-    assert context.timer.timings["train"] == 3.0
+    assert context.clock.elapsed() == pytest.approx(3.0) and context.clock.paused_s == pytest.approx(0.08)
+    assert context.clock.charged_s == 0.0 and context.timer.timings["train"] == pytest.approx(3.0)
 
 
-def test_a_slow_estimate_does_not_move_the_budgets_snapshot_points(fake_time: FakeTime) -> None:
+def test_a_slow_estimate_is_charged_beyond_the_free_share(fake_time: FakeTime) -> None:
+    """A snapshot's seconds beyond 5% of the method's compute count on the clock: the budget stops the run sooner."""
     context = RunContext(seed=0, time_budget_s=BUDGET_S)
     context.clock.start()
 
     def slow_estimate() -> ModelProbs:
-        fake_time.now += 100 * BUDGET_S
+        fake_time.now += 0.5 * BUDGET_S
         return probs_at(1)
 
     fake_time.now += 0.011 * BUDGET_S  # past the first point only
     assert context.maybe_snapshot(1, slow_estimate)
-    assert not context.maybe_snapshot(2, slow_estimate)  # the estimate's seconds are not the method's
-    assert not context.stop_due(2) and context.remaining_s() == pytest.approx(0.989 * BUDGET_S)
+    charged = 0.5 * BUDGET_S - 0.05 * 0.011 * BUDGET_S
+    assert context.clock.charged_s == pytest.approx(charged)
+    assert context.remaining_s() == pytest.approx(0.989 * BUDGET_S - charged)
+    with context.timer.phase("train"):
+        fake_time.now += 0.5 * BUDGET_S
+    assert context.stop_due(2) and context.timer.timings["train"] == pytest.approx(0.5 * BUDGET_S)
 
 
 def test_budget_decisions_are_recorded_as_counts(fake_time: FakeTime) -> None:

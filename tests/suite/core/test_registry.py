@@ -3,6 +3,7 @@
 import importlib
 import inspect
 import pkgutil
+import re
 
 import pytest
 
@@ -77,9 +78,12 @@ def test_a_method_with_the_old_run_signature_is_refused_with_what_changed() -> N
     assert "old-signature" not in registry._METHODS
 
 
-def test_an_old_signature_plugin_is_refused_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_old_signature_plugin_is_refused_and_said_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     class FakeEntryPoint:
         name = "old-plugin"
+        value = "old_plugin:OldSignature"
 
         def load(self) -> type:
             return OldSignature
@@ -89,9 +93,14 @@ def test_an_old_signature_plugin_is_refused_with_a_warning(monkeypatch: pytest.M
     )
     monkeypatch.setattr(registry, "_loaded", False)
     monkeypatch.setattr(registry, "_METHODS", dict(registry._METHODS))
-    with pytest.warns(UserWarning, match="old-plugin.*refused.*RunContext"):
-        methods_now = registry.available_methods()
+    monkeypatch.setattr(registry, "_LOAD_PROBLEMS", [])
+    methods_now = registry.available_methods()
+    registry.available_methods()
     assert "old-plugin" not in methods_now
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and re.match(
+        r"tdbench: method 'old-plugin' from distribution unknown refused: .*RunContext", err[0]
+    )
 
 
 def test_duplicate_names_are_refused() -> None:

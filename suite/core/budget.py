@@ -1,0 +1,23 @@
+"""The budget rules every run is held to, as numbers (:mod:`suite.core.context` explains them; no torch here, so
+that the report layer can judge records by the same rule)."""
+
+from __future__ import annotations
+
+#: Share of the method's own compute that snapshots may take for free (paused seconds beyond it count as compute).
+FREE_SNAPSHOT_SHARE = 0.05
+#: A run's clock may pass its budget by this share of the budget (or OVER_BUDGET_FLOOR_S) before it is over budget.
+OVER_BUDGET_SHARE = 0.10
+OVER_BUDGET_FLOOR_S = 0.5
+
+
+def budget_allowance_s(budget_s: float) -> float:
+    """Seconds a run's clock may pass a budget of ``budget_s`` by: 10% of it, and at least half a second."""
+    return max(OVER_BUDGET_SHARE * budget_s, OVER_BUDGET_FLOOR_S)
+
+
+def is_over_budget(clock_s: float, budget_s: float) -> bool:
+    """Whether a run that used ``clock_s`` compute seconds overshot a budget of ``budget_s`` beyond the allowance."""
+    return clock_s > budget_s + budget_allowance_s(budget_s)
+
+
+__all__ = ["FREE_SNAPSHOT_SHARE", "OVER_BUDGET_FLOOR_S", "OVER_BUDGET_SHARE", "budget_allowance_s", "is_over_budget"]

@@ -1,0 +1,199 @@
+"""Conformance checks of a method: valid results, reasons where it does not apply, seeds, harness, trace, budget.
+
+Each check raises :class:`suite.run.conformance.CheckFailed` on a fault (:mod:`suite.run.conformance`);
+:func:`check_method` runs them all on the smoke problems (``tdbench check METHOD``), in about a minute for a
+method that runs its smoke preset in seconds.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+
+import torch
+
+from suite.core.context import RunContext
+from suite.core.method import Method, Result
+from suite.core.problem import Problem
+from suite.core.registry import available_problems, make_problem, problem_class
+from suite.run.conformance import FAIL, PASS, SKIP, CheckResult, require, run_check
+from suite.run.problem_checks import supports_answers
+from suite.run.runner import execute, gold_draws, resolve_and_run
+
+#: Where the one-problem checks (seeds, harness, trace, budget) run: the first of these the method supports, else
+#: the first checked problem it supports.
+PREFERRED_PROBLEMS = ("sas", "linear-dag-d4", "eight-schools")
+#: The time budget of the budget check, in compute seconds, and the clock allowed beyond it where the record does
+#: not say itself whether the run was over budget (``record["budget"]["over_budget"]``).
+CHECK_BUDGET_S = 2.0
+OVER_SHARE, OVER_SLACK_S = 0.10, 1.0
+
+
+def smoke_problems() -> list[str]:
+    """The problems of the smoke profile (``--problems all`` with ``--profile smoke``)."""
+    return [name for name in available_problems() if "smoke" in problem_class(name).planned_in]
+
+
+def valid_result(method: Method, problem: Problem, num_draws: int = 500) -> None:
+    """A smoke run returns an ``ok`` Result that is a distribution on the problem's space, with phase timings.
+
+    q(m) non-negative, summing to 1 on enumerable spaces with indices in range; draws of shape
+    ``[N <= num_draws, dim_max]``; log q finite at the draws; phase timings >= 0.
+    """
+    context = RunContext(seed=0, profile="smoke", num_draws=num_draws)
+    result = resolve_and_run(method, problem, context)
+    require(isinstance(result, Result), f"run returned {type(result).__name__}, not a Result")
+    require(result.status == "ok", f"status {result.status!r}: {result.reason}")
+    if result.model_probs is not None:
+        probs = result.model_probs
+        require(bool((probs.prob >= 0).all()), "q(m) has negative probabilities")
+        require(probs.total() <= 1 + 1e-9, f"q(m) sums to {probs.total():.12g} > 1")
+        if problem.num_models is not None:
+            require(abs(probs.total() - 1.0) <= 1e-9, f"q(m) sums to {probs.total():.12g}, not 1")
+            require(bool((probs.index < problem.num_models).all()), "q(m) has model indices out of range")
+    if result.draws is not None:
+        shape, n = tuple(result.draws.theta.shape), len(result.draws)
+        require(shape == (n, problem.dim_max), f"draws' theta has shape {shape}, not (N, {problem.dim_max})")
+        require(n <= num_draws, f"{n} draws returned where {num_draws} were asked for")
+    if result.log_density is not None:
+        require(result.draws is not None, "a log density without draws")
+        lq = result.log_density(result.draws.model_index, result.draws.theta)
+        require(lq.shape == (len(result.draws),), f"log q of {len(result.draws)} draws has shape {tuple(lq.shape)}")
+        require(bool(torch.isfinite(lq).all()), "log q is not finite at every returned draw")
+    timings = {**context.timer.timings, **result.timings}
+    require(bool(timings), "no phase timings (context.timer.phase)")
+    require(all(t >= 0 for t in timings.values()), f"negative phase timings: {timings}")
+
+
+def first_supported_problem(method: Method, names: Sequence[str] | None = None) -> Problem | None:
+    """The problem the one-problem checks run on; None when the method supports none that can run here.
+
+    The first of :data:`PREFERRED_PROBLEMS` (among ``names`` when given) the method supports, else the first of
+    ``names`` it supports.
+    """
+    candidates = list(PREFERRED_PROBLEMS) if names is None else [n for n in PREFERRED_PROBLEMS if n in names]
+    candidates += [n for n in names or () if n not in candidates]
+    for name in candidates:
+        problem = make_problem(name)
+        if not problem.unavailable_reason() and method.supports(problem) is None:
+            return problem
+    return None
+
+
+def reproducible_by_seed(method: Method, problem: Problem) -> None:
+    """Seed 5 twice gives the same draws (q(m) for a collapsed sampler); seed 6 other ones (bar point estimates)."""
+    runs = [resolve_and_run(method, problem, RunContext(seed=s, profile="smoke", num_draws=200)) for s in (5, 5, 6)]
+    for run in runs:
+        require(run.status == "ok", f"status {run.status!r}: {run.reason}")
+    if runs[0].draws is None:  # a collapsed sampler (order-mcmc) returns q(m) only
+        require(runs[0].model_probs is not None, "neither draws nor q(m) returned")
+        same = torch.equal(runs[0].model_probs.prob, runs[1].model_probs.prob)
+        require(same, "seed 5 run twice gives different q(m)")
+        require(not torch.equal(runs[0].model_probs.prob, runs[2].model_probs.prob), "seeds 5 and 6 give the same q(m)")
+        return
+    same = torch.equal(runs[0].draws.model_index, runs[1].draws.model_index)
+    require(same and torch.equal(runs[0].draws.theta, runs[1].draws.theta), "seed 5 run twice gives different draws")
+    if runs[0].metrics_scope == "all":  # a point estimate (one graph) may well be the same for two seeds
+        require(not torch.equal(runs[0].draws.theta, runs[2].draws.theta), "seeds 5 and 6 give the same draws")
+
+
+def runs_through_the_harness(method: Method, problem: Problem) -> None:
+    """``execute`` (the harness) makes an ``ok`` record with the method's settings and the float64 environment."""
+    resolved = method.resolve(problem, "smoke")
+    record = execute(problem, resolved, RunContext(seed=0, profile="smoke"), gold_draws(problem, 1000))
+    require(record["status"] == "ok", f"record status {record['status']!r}: {record['reason']}")
+    require(bool(record["method_settings"]), "the record has no method_settings")
+    dtype = record["environment"]["dtype"]
+    require(dtype == "float64", f"the record's environment says dtype {dtype}")
+
+
+def traces_its_running_estimate(method: Method, problem: Problem) -> str:
+    """At least 5 snapshots at increasing times and iterations, the last one equal to the result (issue 19)."""
+    context = RunContext(seed=0, profile="smoke", num_draws=200)
+    result = resolve_and_run(method, problem, context)
+    require(result.status == "ok", f"status {result.status!r}: {result.reason}")
+    snapshots = context.snapshots
+    require(len(snapshots) >= 5, f"{len(snapshots)} snapshots (context.maybe_snapshot), fewer than 5")
+    seconds = [snap.seconds for snap in snapshots]
+    iterations = [snap.iteration for snap in snapshots]
+    require(all(b > a for a, b in itertools.pairwise(seconds)), f"snapshot times do not increase: {seconds}")
+    require(all(b > a for a, b in itertools.pairwise(iterations)), f"snapshot iterations do not increase: {iterations}")
+    last = snapshots[-1].estimate.model_probs
+    require(last is not None and result.model_probs is not None, "the last snapshot or the result has no q(m)")
+    same = torch.equal(last.index, result.model_probs.index)
+    same = same and torch.equal(last.prob, result.model_probs.prob.to(torch.float64))
+    require(same, "the last snapshot is not the result's q(m) (call context.snapshot at the end)")
+    return f"{len(snapshots)} snapshots"
+
+
+def keeps_its_time_budget(method: Method, problem: Problem, budget_s: float = CHECK_BUDGET_S) -> str:
+    """A quick-profile run with a ``budget_s`` time budget through ``execute`` is ``ok`` and not over budget.
+
+    Over budget is the record's own verdict (``record["budget"]["over_budget"]``) where it has one, else a compute
+    clock more than 10% + 1 s beyond the budget.
+    """
+    resolved = method.resolve(problem, "quick")
+    context = RunContext(seed=0, profile="quick", num_draws=500, time_budget_s=budget_s)
+    record = execute(problem, resolved, context, gold_draws(problem, 1000))
+    require(record["status"] == "ok", f"record status {record['status']!r}: {record['reason']}")
+    budget = record.get("budget") or {}
+    clock = budget.get("clock_s")
+    clock = float(record["metrics"]["walltime_s"]["value"] if clock is None else clock)
+    over = budget.get("over_budget")
+    if over is None:
+        over = clock > (1 + OVER_SHARE) * budget_s + OVER_SLACK_S
+    require(not over, f"{clock:.2f} s of compute on a budget of {budget_s:g} s (loop until context.stop_due)")
+    return f"{clock:.2f} s of compute on a budget of {budget_s:g} s"
+
+
+def check_method(
+    method: Method, problems: Sequence[str] | None = None, budget_s: float = CHECK_BUDGET_S
+) -> Iterator[CheckResult]:
+    """Every method check, one result at a time (``tdbench check METHOD``).
+
+    On each of ``problems`` (default: the smoke problems) a valid result or a reason it does not apply; then
+    ``supports`` on every problem; then seeds, harness, trace and budget on one problem it supports.
+    """
+    names = smoke_problems() if problems is None else list(problems)
+    for name in names:
+        problem = make_problem(name)
+        unavailable = problem.unavailable_reason()
+        if unavailable:
+            yield CheckResult(f"on {name}", SKIP, f"problem unavailable here: {unavailable}")
+            continue
+        try:
+            reason = supports_answers(method, problem)
+        except Exception as exc:
+            yield CheckResult(f"on {name}", FAIL, f"supports() {type(exc).__name__}: {exc}")
+            continue
+        if reason is not None:
+            yield CheckResult(f"says why it does not apply to {name}", PASS, reason)
+            continue
+        yield run_check(f"valid result on {name}", lambda problem=problem: valid_result(method, problem))
+    yield run_check("supports() answers on every problem", lambda: supports_answers_everywhere(method))
+    problem = first_supported_problem(method, names)
+    checks = [
+        ("reproducible by seed", reproducible_by_seed),
+        ("runs through the harness", runs_through_the_harness),
+        ("traces its running estimate", traces_its_running_estimate),
+        (f"keeps a {budget_s:g} s time budget", lambda m, p: keeps_its_time_budget(m, p, budget_s)),
+    ]
+    for label, check in checks:
+        if problem is None:
+            why = f"it applies to none of the problems checked ({', '.join(names)}); name some with --problems"
+            yield CheckResult(label, FAIL, why)
+        else:
+            yield run_check(f"{label} (on {problem.name})", lambda check=check: check(method, problem))
+
+
+def supports_answers_everywhere(method: Method) -> str:
+    """``supports`` answers (None or a reason) on every registered problem, never crashing."""
+    names = available_problems()
+    failures, applies = [], 0
+    for name in names:
+        try:
+            applies += supports_answers(method, make_problem(name)) is None
+        except Exception as exc:
+            failures.append(f"{name}: {type(exc).__name__}: {exc}")
+    require(not failures, "; ".join(failures))
+    return f"applies to {applies} of {len(names)} problems"
