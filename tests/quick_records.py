@@ -1,7 +1,8 @@
 """The records of a real default run, shipped with the tests (``tests/fixtures/quick_records.json.gz``).
 
-They are the 119 records of ``tdbench run`` at commit 28b55de (2 CPU cores, 2026-11-28), with their problem facts;
-``results/`` itself is not in git. Regenerate after a default run with ``python -m tests.quick_records results/quick``.
+They are the 119 records of ``tdbench run`` at commit 49f12d3 (2 CPU cores, 2026-11-29, from a fresh clone whose data
+sets were downloaded), with their problem facts; ``results/`` itself is not in git. Regenerate after a default run
+with ``python -m tests.quick_records results/quick``.
 """
 
 from __future__ import annotations

@@ -126,6 +126,23 @@ def traces_its_running_estimate(method: Method, problem: Problem) -> str:
     return f"{len(snapshots)} snapshots"
 
 
+def leaves_its_problem_unchanged(method: Method, problem: Problem) -> None:
+    """A smoke run reassigns, adds and removes none of the problem instance's public attributes.
+
+    The suite gives every run its own copy of the problem, so a change cannot reach another run; but a method that
+    reassigns ``problem.log_joint`` (say) is scoring itself against a target of its own making.
+    """
+    before = {name: value for name, value in vars(problem).items() if not name.startswith("_")}
+    result = resolve_and_run(method, problem, RunContext(seed=0, profile="smoke", num_draws=200))
+    require(result.status == "ok", f"status {result.status!r}: {result.reason}")
+    after = {name: value for name, value in vars(problem).items() if not name.startswith("_")}
+    changed = sorted(name for name in before.keys() & after.keys() if after[name] is not before[name])
+    added, removed = sorted(after.keys() - before.keys()), sorted(before.keys() - after.keys())
+    faults = [f"{what} {', '.join(names)}" for what, names in (("reassigned", changed), ("added", added)) if names]
+    faults += [f"removed {', '.join(removed)}"] if removed else []
+    require(not faults, f"the run changed the problem it was given: {'; '.join(faults)}")
+
+
 def keeps_its_time_budget(method: Method, problem: Problem, budget_s: float = CHECK_BUDGET_S) -> str:
     """A quick-profile run with a ``budget_s`` time budget through ``execute`` is ``ok`` and not over budget.
 
@@ -152,7 +169,8 @@ def check_method(
     """Every method check, one result at a time (``tdbench check METHOD``).
 
     On each of ``problems`` (default: the smoke problems) a valid result or a reason it does not apply; then
-    ``supports`` on every problem; then seeds, harness, trace and budget on one problem it supports.
+    ``supports`` on every problem; then seeds, harness, trace, an unchanged problem and the budget on one problem
+    it supports.
     """
     names = smoke_problems() if problems is None else list(problems)
     for name in names:
@@ -176,6 +194,7 @@ def check_method(
         ("reproducible by seed", reproducible_by_seed),
         ("runs through the harness", runs_through_the_harness),
         ("traces its running estimate", traces_its_running_estimate),
+        ("leaves its problem unchanged", leaves_its_problem_unchanged),
         (f"keeps a {budget_s:g} s time budget", lambda m, p: keeps_its_time_budget(m, p, budget_s)),
     ]
     for label, check in checks:

@@ -15,7 +15,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "docs" / "plugin-example"
 
-#: Plug-ins that misbehave: q(m) summing to 0.5, and running three times the time budget it is given.
+#: Plug-ins that misbehave: q(m) summing to 0.5, a NaN log density, reassigning the problem's log density, and
+#: running three times the time budget it is given.
 BAD_PLUGIN = '''
 import dataclasses
 
@@ -30,6 +31,22 @@ class HalfMass(ExampleImportanceSampler):
         result = super().run(problem, context)
         probs = result.model_probs
         return dataclasses.replace(result, model_probs=ModelProbs(probs.index, probs.prob / 2))
+
+
+class NaNDensity(ExampleImportanceSampler):
+    """The example sampler, whose log density is NaN everywhere."""
+
+    def run(self, problem, context):
+        result = super().run(problem, context)
+        return dataclasses.replace(result, log_density=lambda m, theta: theta.sum(-1) * float("nan"))
+
+
+class ChangesProblem(ExampleImportanceSampler):
+    """The example sampler, reassigning the problem's log density before it runs."""
+
+    def run(self, problem, context):
+        problem.log_joint = type(problem).log_joint.__get__(problem)
+        return super().run(problem, context)
 
 
 class OverBudget(ExampleImportanceSampler):
@@ -57,6 +74,8 @@ version = "0.1"
 [project.entry-points."tdbench.methods"]
 half-mass = "bad_example:HalfMass"
 over-budget = "bad_example:OverBudget"
+nan-density = "bad_example:NaNDensity"
+changes-problem = "bad_example:ChangesProblem"
 """
 
 CLASHING_PYPROJECT = """
@@ -138,6 +157,20 @@ def test_a_method_whose_q_sums_to_one_half_fails_tdbench_check(sites: dict[str, 
     assert done.returncode == 1, _said(done)
     assert "FAIL  valid result on sas: q(m) sums to 0.5, not 1" in done.stdout
     assert "FAIL  traces its running estimate (on sas): the last snapshot is not the result's q(m)" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "fault"),
+    [
+        ("nan-density", "FAIL  valid result on sas: log q is not finite at every returned draw"),
+        ("changes-problem", "FAIL  leaves its problem unchanged (on sas): the run changed the problem it was given: "),
+    ],
+)
+def test_a_nan_density_or_a_changed_problem_fails_tdbench_check(sites: dict[str, Path], name: str, fault: str) -> None:
+    done = _tdbench(["check", name, "--problems", "sas"], [sites["example"], sites["bad"]], sites["tmp"])
+    assert done.returncode == 1, _said(done)
+    assert fault in done.stdout, _said(done)
 
 
 @pytest.mark.slow
