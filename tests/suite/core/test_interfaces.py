@@ -114,6 +114,12 @@ def test_method_traces_its_running_estimate(method_name: str) -> None:
     _check(mc.traces_its_running_estimate, make_method(method_name), _first_supported_problem(method_name))
 
 
+@pytest.mark.parametrize("method_name", METHODS)
+def test_method_leaves_its_problem_unchanged(method_name: str) -> None:
+    """No public attribute of the problem instance is reassigned, added or removed by a run (issue 35)."""
+    _check(mc.leaves_its_problem_unchanged, make_method(method_name), _first_supported_problem(method_name))
+
+
 @pytest.mark.parametrize("name", PROBLEMS)
 def test_problem_log_joint_agrees_between_torch_and_jax(name: str) -> None:
     """One definition, two backends: float64 results agree to 1e-10 (plus 1e-12 relative for large values)."""
