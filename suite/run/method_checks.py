@@ -18,6 +18,7 @@ from suite.core.problem import Problem
 from suite.core.registry import available_problems, make_problem, problem_class
 from suite.run.conformance import FAIL, PASS, SKIP, CheckResult, require, run_check
 from suite.run.problem_checks import supports_answers
+from suite.run.result_checks import draws_problem, model_probs_problem
 from suite.run.runner import execute, gold_draws, resolve_and_run
 
 #: Where the one-problem checks (seeds, harness, trace, budget) run: the first of these the method supports, else
@@ -37,24 +38,18 @@ def smoke_problems() -> list[str]:
 def valid_result(method: Method, problem: Problem, num_draws: int = 500) -> None:
     """A smoke run returns an ``ok`` Result that is a distribution on the problem's space, with phase timings.
 
-    q(m) non-negative, summing to 1 on enumerable spaces with indices in range; draws of shape
-    ``[N <= num_draws, dim_max]``; log q finite at the draws; phase timings >= 0.
+    q(m) and the draws pass the runner's checks (:mod:`suite.run.result_checks`: q(m) a distribution on the
+    problem's models, draws of shape ``[N, dim_max]``), with N <= num_draws; log q finite at every draw (stricter
+    than the runner, which allows -inf); phase timings >= 0.
     """
     context = RunContext(seed=0, profile="smoke", num_draws=num_draws)
     result = resolve_and_run(method, problem, context)
     require(isinstance(result, Result), f"run returned {type(result).__name__}, not a Result")
     require(result.status == "ok", f"status {result.status!r}: {result.reason}")
-    if result.model_probs is not None:
-        probs = result.model_probs
-        require(bool((probs.prob >= 0).all()), "q(m) has negative probabilities")
-        require(probs.total() <= 1 + 1e-9, f"q(m) sums to {probs.total():.12g} > 1")
-        if problem.num_models is not None:
-            require(abs(probs.total() - 1.0) <= 1e-9, f"q(m) sums to {probs.total():.12g}, not 1")
-            require(bool((probs.index < problem.num_models).all()), "q(m) has model indices out of range")
+    invalid = model_probs_problem(problem, result) or draws_problem(problem, result.draws)
+    require(invalid is None, str(invalid))  # the runner's own checks (suite.run.result_checks), same tolerances
     if result.draws is not None:
-        shape, n = tuple(result.draws.theta.shape), len(result.draws)
-        require(shape == (n, problem.dim_max), f"draws' theta has shape {shape}, not (N, {problem.dim_max})")
-        require(n <= num_draws, f"{n} draws returned where {num_draws} were asked for")
+        require(len(result.draws) <= num_draws, f"{len(result.draws)} draws returned where {num_draws} were asked for")
     if result.log_density is not None:
         require(result.draws is not None, "a log density without draws")
         lq = result.log_density(result.draws.model_index, result.draws.theta)

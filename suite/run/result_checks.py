@@ -69,25 +69,33 @@ def draws_problem(problem: Problem, draws: Draws | None) -> str | None:
     return _index_problem(problem, model_index, "draws' model indices")
 
 
+def evenly_spaced(
+    draws: Draws, count: int, device: torch.device, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """At most ``count`` evenly spaced draws (model indices and theta) on ``device``, theta in ``dtype``."""
+    n = len(draws)
+    pick = torch.linspace(0, n - 1, min(n, count)).round().long()
+    model_index = draws.model_index[pick.to(draws.model_index.device)].to(device)
+    return model_index, draws.theta[pick.to(draws.theta.device)].to(device, dtype)
+
+
 def density_problem(result: Result, device: torch.device, dtype: torch.dtype) -> str | None:
     """Why the result's log density is unusable at its own draws (None when it is finite or -inf there)."""
     draws = result.draws
     if result.log_density is None or draws is None or len(draws) == 0:
         return None
-    n = len(draws)
-    pick = torch.linspace(0, n - 1, min(n, DENSITY_CHECK_DRAWS)).round().long()
+    m, theta = evenly_spaced(draws, DENSITY_CHECK_DRAWS, device, dtype)
+    checked = len(theta)
     with torch.no_grad():
-        m = draws.model_index[pick.to(draws.model_index.device)].to(device)
-        theta = draws.theta[pick.to(draws.theta.device)].to(device, dtype)
         log_q = result.log_density(m, theta)
-    if not isinstance(log_q, torch.Tensor) or tuple(log_q.shape) != (len(pick),):
+    if not isinstance(log_q, torch.Tensor) or tuple(log_q.shape) != (checked,):
         shape = tuple(log_q.shape) if isinstance(log_q, torch.Tensor) else type(log_q).__name__
-        return f"log_density returned {shape} for {len(pick)} draws, expected shape ({len(pick)},)"
+        return f"log_density returned {shape} for {checked} draws, expected shape ({checked},)"
     nan = torch.isnan(log_q)
     if nan.any():
-        return f"log_density is NaN at {int(nan.sum())} of {len(pick)} of the method's own draws"
+        return f"log_density is NaN at {int(nan.sum())} of {checked} of the method's own draws"
     if (log_q == math.inf).any():
-        return f"log_density is +inf at {int((log_q == math.inf).sum())} of {len(pick)} of the method's own draws"
+        return f"log_density is +inf at {int((log_q == math.inf).sum())} of {checked} of the method's own draws"
     return None
 
 

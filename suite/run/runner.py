@@ -23,7 +23,7 @@ from suite.results import draws_file
 from suite.results import records as rec
 from suite.results.facts import problem_facts
 from suite.run.harness import PeakMemory, PhaseTimer, environment, warm_up_torch
-from suite.run.result_checks import result_problem
+from suite.run.result_checks import evenly_spaced, result_problem
 from suite.scoring import metrics
 from suite.scoring.trace import score_trace
 
@@ -204,10 +204,8 @@ def target_finite_somewhere(problem: Problem, draws: Draws, device: torch.device
     n = len(draws)
     if n == 0:
         return True  # nothing to check: the metrics judge an empty result
-    pick = torch.linspace(0, n - 1, min(n, TARGET_CHECK_DRAWS)).round().long()
+    m, theta = evenly_spaced(draws, TARGET_CHECK_DRAWS, device, dtype)
     with torch.no_grad():
-        m = draws.model_index[pick.to(draws.model_index.device)].to(device)
-        theta = draws.theta[pick.to(draws.theta.device)].to(device, dtype)
         return bool(torch.isfinite(problem.log_joint(m, theta)).any())
 
 
