@@ -10,7 +10,6 @@ Nothing here imports ``problems/``, ``methods/`` or the registry: records and dr
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import warnings
@@ -21,8 +20,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from suite.results.draws_file import DrawsFileError, SavedDraws, load_draws
-from suite.results.records import RECORDS_DIR, load_records, record_problem
+from suite.results.draws_file import DrawsFileError, SavedDraws, load_draws, recorded_draws_path
+from suite.results.records import RECORDS_DIR, load_record_file, load_records
 from suite.results.table import COLUMN_DTYPES, RESULT_COLUMNS, record_name, results_frame
 
 __all__ = [
@@ -76,11 +75,8 @@ def load(results_dir: str | os.PathLike[str]) -> pd.DataFrame:
 
 
 def _read_record(path: Path) -> dict[str, Any]:
-    """The record in ``path``; ValueError naming the file when it is not a usable record."""
-    why = record_problem(path)
-    if why is not None:
-        raise ValueError(why)
-    return json.loads(path.read_text())
+    """The record in ``path``; ValueError naming the file when it is not a usable record (read once, checked)."""
+    return load_record_file(path)
 
 
 def _record_and_folder(run: Any, root: str | os.PathLike[str] | None) -> tuple[dict[str, Any], Path, str]:
@@ -111,7 +107,7 @@ def draws(run: Any, root: str | os.PathLike[str] | None = None) -> SavedDraws:
     ``run`` is a draw file (``.npz``, read without a record to check it against), a record file (``.json``),
     a record from :func:`records`, a row of :func:`load`'s table, or a record dict with ``root`` its results
     folder. Raises :class:`DrawsFileError` naming the file when the draws are missing, truncated or corrupted,
-    and ValueError when the run saved none.
+    and ValueError naming the record when the run saved none or its ``draws.path`` lies outside its results folder.
     """
     if isinstance(run, str | os.PathLike) and Path(run).suffix == ".npz":
         return load_draws(Path(run))
@@ -122,7 +118,8 @@ def draws(run: Any, root: str | os.PathLike[str] | None = None) -> SavedDraws:
         if record.get("status") == "ok" and "draws" in record:
             why = "its method returns no draws"
         raise ValueError(f"{name}: no saved draws ({why})")
-    return load_draws(folder / saved["path"], sha256=saved.get("sha256"), num=saved.get("num"))
+    path = recorded_draws_path(folder, saved["path"], name)
+    return load_draws(path, sha256=saved.get("sha256"), num=saved.get("num"))
 
 
 def _model_labels(record: dict[str, Any] | None) -> dict[str, str]:

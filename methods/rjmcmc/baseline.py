@@ -286,8 +286,10 @@ class _Sampler:
     # ------------------------------------------------------------------ loop
     def _iterate(self, state: ChainState, adapting: bool) -> ChainState:
         """One between-model move and ``within_moves`` random-walk moves; acceptances go to the trace block."""
+        before = state.model_index
         state, jump_accept = between_model_move(self.problem, state, self._standardiser, self.generator)
         self.block_accepts[0].add_(jump_accept)
+        self.moved_between.add_((state.model_index != before).sum())
         for _ in range(self.options.within_moves):
             group = self._group(state.model_index)
             chol = rows(self.proposal_chol, group) if self.per_model else self.proposal_chol[0]
@@ -352,6 +354,8 @@ class _Sampler:
             self._init_adaptation()
             # Acceptance counts per chain, summed over a block of TRACE_BLOCK iterations.
             self.block_accepts = torch.zeros(2, self.num_chains, dtype=torch.int64, device=self.device)
+            # Chain moves to another model over the whole run, burn-in included.
+            self.moved_between = torch.zeros((), dtype=torch.int64, device=self.device)
             self.trace: list[Tensor] = []
             if budgeted:
                 row_values = self.num_chains * problem.dim_max
@@ -428,6 +432,9 @@ class _Sampler:
         diagnostics = {
             "accept_between": float(sampled[0] @ weights / iterations),
             "accept_within": float(sampled[1] @ weights / iterations),
+            # Whole run, burn-in included: the suite fails a run whose chains never moved between models.
+            "between_proposals": t * self.num_chains,
+            "between_accepted": int(self.moved_between),
             "trace_block_iterations": TRACE_BLOCK,
             "trace_accept_between": trace[0].tolist(),
             "trace_accept_within": trace[1].tolist(),

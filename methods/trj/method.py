@@ -290,6 +290,9 @@ class _TransportRJ(Method):
         diagnostics = {
             "accept_between": chains.accept_between,
             "accept_within": chains.accept_within,
+            # Whole run, burn-in included: the suite fails a run whose chains never moved between models.
+            "between_proposals": chains.between_proposed_run,
+            "between_accepted": chains.between_accepted_run,
             "between_proposals_per_s": chains.proposals_per_s,
             "estimator": self.estimator,
             # Models outside the bridge graph: those visited get their visit frequency, the others probability 0.

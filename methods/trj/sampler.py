@@ -159,6 +159,10 @@ class ChainRun:
     running: dict[str, list]
     iterations: int = 0  # sampler iterations run, burn-in included
     sampled: int = 0  # of which after burn-in
+    #: Across-model proposals to another model and those accepted over the whole run, burn-in included (a run whose
+    #: chains never moved between models reports 0 accepted: its estimate is its starting distribution).
+    between_proposed_run: int = 0
+    between_accepted_run: int = 0
 
 
 def bridge_model_probs(
@@ -266,6 +270,7 @@ def run_chains(
     )
     accepted = torch.zeros(2, dtype=torch.float64, device=device)
     proposed_between = torch.zeros((), dtype=torch.float64, device=device)
+    between_run = torch.zeros(2, dtype=torch.int64, device=device)  # proposed to another model, accepted: whole run
     if budgeted:  # the running estimate is stored at the snapshots instead
         checkpoints: set[int] = set()
         share = burn_in / (burn_in + iterations) if burn_in + iterations > 0 else 0.0
@@ -312,6 +317,8 @@ def run_chains(
             state = state._replace(theta=torch.where(problem.mask(state.model_index), state.theta, fresh))
         model_to, log_ratio = choose(state.model_index, generator)
         state, accept, record = jump(state, model_to, log_ratio, generator)
+        between_run[0] += (record.model_from != record.model_to).sum()
+        between_run[1] += accept.sum()
         for _ in range(within_moves):
             chol = rows(rw_chol, state.model_index)
             state, accept_rw = random_walk_move(problem, state, chol, generator)
@@ -348,4 +355,6 @@ def run_chains(
         running=running,
         iterations=t,
         sampled=sampled,
+        between_proposed_run=int(between_run[0]),
+        between_accepted_run=int(between_run[1]),
     )

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
+import os
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from suite.core import checkpoint as ckpt
+from suite.core.budget import MAX_TIME_BUDGET_S
 from suite.core.device import DEVICE_CHOICES
 from suite.core.method import DTYPES, PROFILES
 from suite.core.options import OptionError, check_option, method_annotations, problem_annotations
@@ -28,8 +32,10 @@ EXIT_RULES = """exit status:
      leaderboards with their reasons, and summarised at the end)
   1  a run ended without a record (a worker process crashed or was killed, an error outside the method) or the
      disk filled up; finished records are kept, so running the same command again resumes
-  2  bad input, refused before any work
-  130  interrupted (Ctrl-C); running the same command again resumes"""
+  2  bad input, refused before any work; or every problem named with --problems cannot run here (each named,
+     with why)
+  130  interrupted by SIGINT (Ctrl-C, timeout -s INT); running the same command again resumes
+  143  stopped by SIGTERM (timeout, kill, a batch system); running the same command again resumes"""
 
 
 RUN_DESCRIPTION = (
@@ -80,7 +86,13 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="gold-standard draws for cross-entropy (default: 2000 smoke, 10000 quick, 100000 paper)",
     )
-    parser.add_argument("--out", type=out_folder, default=None, help="results folder (default: results/<profile>)")
+    parser.add_argument(
+        "--out",
+        type=out_folder,
+        default=None,
+        help="results folder (default: results/<profile>); never /, a system folder, or a folder of the repository "
+        "outside results/",
+    )
     parser.add_argument(
         "--force", action="store_true", help="re-run runs that already have a record (and drop their checkpoints)"
     )
@@ -122,7 +134,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="SECONDS",
         help="compute seconds every run may use: it stops there and returns its estimate (default: the quick "
-        "profile's per-problem budget; smoke and paper run their iteration counts)",
+        "profile's per-problem budget; smoke and paper run their iteration counts); at most "
+        f"{MAX_TIME_BUDGET_S:.0f} (7 days)",
     )
     parser.add_argument(
         "--no-time-budget",
@@ -305,18 +318,90 @@ def grid_from_argv(argv: list[str]) -> tuple[GridSpec, Execution]:
 
 
 def _seconds(text: str) -> float:
-    """``--time-budget``'s value: a positive, finite number of seconds."""
+    """``--time-budget``'s value: a positive, finite number of seconds, at most :data:`MAX_TIME_BUDGET_S` (7 days)."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
     if not (value > 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    if value > MAX_TIME_BUDGET_S:
+        raise argparse.ArgumentTypeError(
+            f"{text} seconds is more than this suite allows ({MAX_TIME_BUDGET_S:.0f} s, 7 days); "
+            "use --no-time-budget to run the profile's iteration counts instead"
+        )
     return value
 
 
+#: System folders that are never a results folder, nor is anything inside them.
+SYSTEM_TREES = (
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/proc",
+    "/sbin",
+    "/sys",
+    "/usr",
+)
+#: Scratch folders inside those trees whose subfolders may be results folders (a RAM disk).
+SCRATCH_TREES = ("/dev/shm",)
+#: Folders that are never a results folder themselves (folders inside them, e.g. /var/tmp/x or /home/me/x, may be).
+SYSTEM_FOLDERS = ("/", "/home", "/opt", "/root", "/run", "/srv", "/var")
+
+
 def out_folder(text: str) -> Path:
-    """``--out``'s value as a path; an empty name (which would mean the current folder) is refused."""
+    """``--out``'s value as a path, refused (with the reason) where a results folder must never be.
+
+    Refused: an empty name (which would mean the current folder); the file system's root and the system folders
+    (:data:`SYSTEM_FOLDERS`, and anything inside :data:`SYSTEM_TREES`); and, in a source checkout of tdbench, any
+    folder inside the repository but outside its ``results/`` (the repository root itself is refused by ``run``).
+    """
     if not text.strip():
         raise argparse.ArgumentTypeError("the results folder must be named (an empty name means the current folder)")
-    return Path(text)
+    path = Path(text)
+    reason = unsafe_out_reason(path)
+    if reason is not None:
+        raise argparse.ArgumentTypeError(f"{text!r} {reason}; give a results folder, e.g. results/quick")
+    return path
+
+
+def unsafe_out_reason(path: Path) -> str | None:
+    """Why ``path`` must not be a results folder (its lexical and its resolved form are both checked), or None."""
+    forms = {Path(os.path.abspath(path))}
+    try:
+        forms.add(path.resolve())
+    except (OSError, RuntimeError):  # a symlink loop: the lexical form is checked, and writing there fails anyway
+        pass
+    for form in forms:
+        if form == Path(form.anchor):
+            return "is the root of the file system"
+        if os.name == "posix":
+            for tree in SYSTEM_TREES:
+                if form.is_relative_to(tree) and not any(
+                    form != Path(free) and form.is_relative_to(free) for free in SCRATCH_TREES
+                ):
+                    return f"is inside the system folder {tree}"
+            if str(form) in SYSTEM_FOLDERS:
+                return f"is the system folder {form}"
+        checkout = source_checkout()
+        if checkout is not None and form != checkout and form.is_relative_to(checkout):
+            if not form.is_relative_to(checkout / "results"):
+                return f"is inside the repository {checkout} but not under its results/ folder"
+    return None
+
+
+@functools.cache
+def source_checkout() -> Path | None:
+    """The repository folder when this code runs from a source checkout of tdbench (not an installed copy)."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        with open(root / "pyproject.toml", "rb") as handle:
+            name = tomllib.load(handle).get("project", {}).get("name")
+    except (OSError, ValueError):
+        return None
+    return root if name == "tdbench" else None

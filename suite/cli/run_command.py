@@ -20,6 +20,8 @@ from suite.report.build import report_from_folder
 from suite.report.terminal import clip, wrap
 from suite.results import records as rec
 from suite.run import GridOutcome, UsageError, plan_grid, run_grid
+from suite.run.claims import UnsafeLockError
+from suite.run.interrupts import Interrupted, exit_status, signals_interrupt
 from suite.run.shards import dry_run_line
 
 
@@ -68,13 +70,32 @@ def report_folder(out: Path, wide: bool, prog: str) -> int:
 
 
 def run(args: argparse.Namespace, prog: str) -> int:
-    """``tdbench run`` (``run_all.py``): plan, execute the unfinished runs, write the report; the exit code."""
+    """``tdbench run`` (``run_all.py``): plan, execute the unfinished runs, write the report; the exit code.
+
+    SIGINT and SIGTERM stop it (:mod:`suite.run.interrupts`): workers are ended within seconds, runs that had not
+    finished get no record, and the exit status is 130 or 143; the same command resumes.
+    """
     tune_allocator()
     if args.list:
         print_registry()
         return 0
     if args.report_only:
         return report_folder(Path("results") / args.profile if args.out is None else args.out, args.wide, prog)
+    try:
+        with signals_interrupt():
+            return _run(args, prog)
+    except KeyboardInterrupt as exc:
+        by = f" by {exc.name}" if isinstance(exc, Interrupted) else ""
+        print(
+            f"\nInterrupted{by}: finished runs are saved, runs that had not finished have no record, and long "
+            "trainings that save checkpoints continue from their last one; run the same command again to resume.",
+            file=sys.stderr,
+        )
+        return exit_status(exc)
+
+
+def _run(args: argparse.Namespace, prog: str) -> int:
+    """:func:`run` once the signals are set up."""
     try:
         spec, execution = grid_from_args(args)
         if args.dry_run:
@@ -89,16 +110,9 @@ def run(args: argparse.Namespace, prog: str) -> int:
         return 2
     try:
         outcome = run_grid(spec, execution)
-    except UsageError as exc:
+    except (UsageError, UnsafeLockError) as exc:  # a planted link among the locks is refused, never followed
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(
-            "\nInterrupted: finished runs are saved, and long trainings that save checkpoints continue from their last "
-            "one; run the same command again to resume.",
-            file=sys.stderr,
-        )
-        return 130
     except OSError as exc:
         if exc.errno != errno.ENOSPC:
             raise

@@ -8,6 +8,8 @@ FREE_SNAPSHOT_SHARE = 0.05
 #: A run's clock may pass its budget by this share of the budget (or OVER_BUDGET_FLOOR_S) before it is over budget.
 OVER_BUDGET_SHARE = 0.10
 OVER_BUDGET_FLOOR_S = 0.5
+#: Upper bound of a time budget: 7 days.
+MAX_TIME_BUDGET_S = 604800.0
 
 
 def budget_allowance_s(budget_s: float) -> float:
@@ -20,4 +22,11 @@ def is_over_budget(clock_s: float, budget_s: float) -> bool:
     return clock_s > budget_s + budget_allowance_s(budget_s)
 
 
-__all__ = ["FREE_SNAPSHOT_SHARE", "OVER_BUDGET_FLOOR_S", "OVER_BUDGET_SHARE", "budget_allowance_s", "is_over_budget"]
+__all__ = [
+    "FREE_SNAPSHOT_SHARE",
+    "MAX_TIME_BUDGET_S",
+    "OVER_BUDGET_FLOOR_S",
+    "OVER_BUDGET_SHARE",
+    "budget_allowance_s",
+    "is_over_budget",
+]

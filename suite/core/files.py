@@ -20,22 +20,60 @@ def temporary_prefix(name: str) -> str:
 
 
 def write_atomically(path: Path, write: Callable[[Path], object]) -> None:
-    """Have ``write`` fill a temporary file beside ``path``, then rename it there: never a half-written file.
+    """Have ``write`` fill a fresh temporary file beside ``path``, then rename it there: never a half-written file.
 
-    A full disk is raised as ``OSError`` ENOSPC naming ``path``; the temporary file is removed on any error.
+    The temporary file is made by :func:`make_temporary` (a new regular file, never an existing name or a link), and
+    the rename replaces whatever ``path`` is, a symlink included, instead of writing through it. A full disk is
+    raised as ``OSError`` ENOSPC naming ``path``; the temporary file is removed on any error.
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # created by ``write``, so with the usual permissions
+    tmp: Path | None = None
     try:
+        tmp = make_temporary(path)
         write(tmp)
         os.replace(tmp, path)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         if exc.errno == errno.ENOSPC:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from exc
         raise
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         raise
+
+
+def make_temporary(final: Path) -> Path:
+    """A new, empty temporary file beside ``final`` (named by :func:`temporary_prefix`) with the usual permissions.
+
+    ``mkstemp`` creates it with ``O_CREAT | O_EXCL`` (so a planted file or symlink of that name is never opened) and
+    mode 0600; it is given the mode an ordinary new file would have (0666 less the umask), as report files are
+    meant to be read by others.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(final.name), suffix=TEMPORARY_SUFFIX, dir=final.parent)
+    try:
+        if hasattr(os, "fchmod"):
+            os.fchmod(fd, 0o666 & ~current_umask())
+    except BaseException:
+        os.close(fd)
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    return Path(tmp)
+
+
+def current_umask() -> int:
+    """This process's umask (read from ``/proc`` where it can be, else set and restored at once)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_temporary(final: Path, payload: bytes) -> Path:

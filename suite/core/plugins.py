@@ -9,7 +9,9 @@ for. The rules (docs/plugins.md):
 - the entry point's name is the registry name; a class that also carries ``@register_method``/``@register_problem``
   must use the same name there, or the entry point is refused (the decorator's name stays, as it ran on import);
 - an entry point may also name a module whose classes register themselves on import (their origin is the
-  entry point's distribution).
+  entry point's distribution);
+- an entry point whose name does not match :data:`suite.core.names.NAME_PATTERN` is refused before its code is
+  loaded (a name becomes part of file names and labels).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint
 from typing import Any
+
+from suite.core.names import InvalidNameError, name_problem
 
 #: The registry's answer to "which distribution provides this class": ``{"distribution", "version"}`` or None.
 OriginOf = Callable[[type], dict[str, str] | None]
@@ -110,6 +114,9 @@ def _load_one(
     def refused(reason: str) -> LoadProblem:
         return LoadProblem(kind, ep.name, label, reason)
 
+    bad_name = name_problem(ep.name)
+    if bad_name is not None:  # refused before running its code: the name would reach file names and labels
+        return refused(f"refused: the entry point's {bad_name}; rename the entry point")
     owner = table.get(ep.name)
     if owner is not None and not _same_distribution(origin_of(owner), origin):  # refused before running its code
         owner_origin = origin_of(owner)
@@ -121,7 +128,7 @@ def _load_one(
     before = dict(table)
     try:
         obj = ep.load()
-    except NameClash as exc:  # its module registers, with a decorator, a name that is taken
+    except (NameClash, InvalidNameError) as exc:  # its module registers, with a decorator, a name taken or invalid
         return refused(f"refused: {exc}")
     except Exception as exc:  # a broken plug-in must not break the suite
         return refused(f"failed to load: {type(exc).__name__}: {exc}")

@@ -17,7 +17,8 @@ size first, then for any other, and the record of a run scored against another s
 (:func:`describe`: ``size_mismatch``), as does the leaderboard. References made by SMC or bridge sampling have one
 size for every profile (``profile`` None).
 
-Search path, in order (:func:`search_path`; the first folder holding the key wins):
+Search path, in order (:func:`search_path`; the first folder holding the key wins; a run's record names the folder,
+the file's path in it and its checksums, :func:`describe`):
 
 1. each folder of the ``TDBENCH_REFERENCES`` environment variable (``os.pathsep``-separated), for references
    made locally (``python -m suite.reference PROBLEM --out FOLDER``) or too large to ship;
@@ -47,6 +48,7 @@ how to add one after checking it: ``python -m suite.reference PROBLEM
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import tempfile
@@ -157,6 +159,9 @@ class Reference:
     #: [K] the models the arrays above describe, when not all of ``0..K-1`` (spaces too large to enumerate,
     #: where an MCMC reference lists the models it visited); None means models ``0..K-1``.
     model_index: np.ndarray | None = None
+    #: Where a reference read from disk came from (:func:`source_of`): its search folder, its path relative to that
+    #: folder and the SHA-256 of the npz and json bytes that were read and validated. Empty when made in memory.
+    source: dict[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -238,7 +243,7 @@ class Reference:
     def read(cls, npz_path: Path) -> Reference:
         """Load and validate a reference from its npz file and the json beside it (InvalidReferenceError: bad)."""
         npz_path = Path(npz_path)
-        meta, data = _read_files(npz_path)
+        meta, data, digests = _read_files(npz_path)
         _check_contents(npz_path, meta, data)
         stored = meta.get(CHECKSUM_KEY)
         json_path = npz_path.with_suffix(".json")
@@ -266,14 +271,43 @@ class Reference:
             gold_theta=data["gold_theta"].astype(np.float64),
             provenance=provenance,
             model_index=data["model_index"].astype(np.int64) if "model_index" in data else None,
+            source={**source_of(npz_path), **digests, CHECKSUM_KEY: stored},
         )
 
 
-def _read_files(npz_path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """The json (an object with format, problem and config) and the arrays of a reference; refused when unreadable."""
+def source_of(npz_path: Path) -> dict[str, Any]:
+    """Which search folder holds ``npz_path`` and the path relative to it, for run records.
+
+    ``search_folder`` is ``TDBENCH_REFERENCES`` (with ``search_folder_entry``, its position in the variable, and
+    ``search_folder_path``, the folder as named there), ``shipped`` (:data:`SHIPPED_DIR`) or ``other`` (a file read
+    from elsewhere: ``path`` is then absolute). Paths are compared as written, without following links, so a link in
+    a folder is reported as that folder's file.
+    """
+    path = Path(os.path.abspath(npz_path))
+    entries = [p for p in os.environ.get(ENV_VAR, "").split(os.pathsep) if p]
+    candidates = [(ENV_VAR, i, entry) for i, entry in enumerate(entries)] + [("shipped", None, str(SHIPPED_DIR))]
+    for kind, entry_number, folder in candidates:
+        try:
+            relative = path.relative_to(os.path.abspath(folder))
+        except ValueError:
+            continue
+        out: dict[str, Any] = {"search_folder": kind, "path": relative.as_posix()}
+        if kind == ENV_VAR:
+            out.update(search_folder_entry=entry_number, search_folder_path=folder)
+        return out
+    return {"search_folder": "other", "path": path.as_posix()}
+
+
+def _read_files(npz_path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, str]]:
+    """The json (an object with format, problem and config), the arrays and the files' SHA-256 of a reference.
+
+    The checksums are ``sha256`` (the npz) and ``json_sha256``, of exactly the bytes read, validated and used (each
+    file is read once). Refused (InvalidReferenceError) when unreadable.
+    """
     json_path = npz_path.with_suffix(".json")
     try:
-        meta = json.loads(json_path.read_text())
+        json_bytes = json_path.read_bytes()
+        meta = json.loads(json_bytes.decode())
     except FileNotFoundError:
         raise InvalidReferenceError(f"reference {npz_path} has no {json_path.name} beside it") from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
@@ -285,11 +319,13 @@ def _read_files(npz_path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if not isinstance(meta.get("problem"), str) or not isinstance(meta.get("config"), dict):
         raise InvalidReferenceError(f"invalid reference {json_path}: needs a problem name and a config object")
     try:
-        with np.load(npz_path, allow_pickle=False) as arrays:
+        npz_bytes = npz_path.read_bytes()
+        with np.load(io.BytesIO(npz_bytes), allow_pickle=False) as arrays:
             data = {k: arrays[k] for k in arrays.files}
     except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile, zlib.error) as exc:
         raise InvalidReferenceError(f"unreadable reference {npz_path}: {type(exc).__name__}: {exc}") from None
-    return meta, data
+    digests = {"sha256": hashlib.sha256(npz_bytes).hexdigest(), "json_sha256": hashlib.sha256(json_bytes).hexdigest()}
+    return meta, data, digests
 
 
 def _check_contents(npz_path: Path, meta: dict[str, Any], data: dict[str, np.ndarray]) -> None:
@@ -351,7 +387,7 @@ def add_checksum(npz_path: Path) -> str:
     Returns the checksum.
     """
     npz_path = Path(npz_path)
-    meta, data = _read_files(npz_path)
+    meta, data, _ = _read_files(npz_path)
     _check_contents(npz_path, meta, data)
     digest = arrays_sha256(data)
     if CHECKSUM_KEY in meta:
@@ -466,8 +502,25 @@ def has_exact_reference(problem: Problem) -> bool:
     return bool(owners) and type(problem).reference_model_probs is not vars(owners[-1])["reference_model_probs"]
 
 
+#: What a run record says of the file its estimated reference was read from (:func:`describe`, :func:`source_of`).
+SOURCE_KEYS = (
+    "search_folder",
+    "search_folder_entry",
+    "search_folder_path",
+    "path",
+    "sha256",
+    "json_sha256",
+    CHECKSUM_KEY,
+)
+
+
 def describe(problem: Problem) -> dict[str, Any]:
-    """Where a problem's ground truth comes from, for run records: exact, estimated (with its error) or missing."""
+    """Where a problem's ground truth comes from, for run records: exact, estimated (with its error) or missing.
+
+    An estimated one names the file the problem loaded (and is scored with): its search folder (``search_folder``:
+    ``TDBENCH_REFERENCES`` with ``search_folder_entry`` and ``search_folder_path``, or ``shipped``), ``path`` relative
+    to it, and the SHA-256 of the npz and json bytes read (``sha256``, ``json_sha256``) beside ``arrays_sha256``.
+    """
     if has_exact_reference(problem):
         return {"kind": "exact"}
     if evidence_method(problem) == "none":
@@ -475,7 +528,10 @@ def describe(problem: Problem) -> dict[str, Any]:
     path = find(problem)
     if path is None:
         return {"kind": "missing", "message": missing_message(problem)}
-    reference = load(problem)
+    # The reference the run was scored against (the problem's cached one), else the one found now.
+    reference = problem.stored_reference()
+    if not isinstance(reference, Reference) or not reference.source:
+        reference = load(problem)
     keys = (
         "method",
         "evidence",
@@ -491,6 +547,14 @@ def describe(problem: Problem) -> dict[str, Any]:
         "size": made or "any",
         "size_wanted": wanted,
         "size_mismatch": made is not None and made != wanted,
-        "file": path.name,
+        "file": Path(reference.source.get("path", path.name)).name,
     }
-    return {"kind": "estimated", "key": reference.key, **sizes, **{k: reference.provenance.get(k) for k in keys}}
+    # Which file exactly: its search folder, its path there and the checksums of the bytes read (see source_of).
+    source = {k: reference.source.get(k) for k in SOURCE_KEYS if k in reference.source}
+    return {
+        "kind": "estimated",
+        "key": reference.key,
+        **sizes,
+        **source,
+        **{k: reference.provenance.get(k) for k in keys},
+    }

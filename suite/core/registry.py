@@ -6,7 +6,9 @@ through the entry-point groups ``tdbench.problems`` and ``tdbench.methods``:
 each entry point names a ``Problem`` or ``Method`` subclass (or a module that
 registers its classes on import). A plug-in that cannot be registered (broken,
 or its name clashes) is kept as a :class:`suite.core.plugins.LoadProblem`,
-reported once on stderr, and named when it is asked for (:func:`refusal`).
+reported once on stderr, and named when it is asked for (:func:`refusal`). Every name must match
+:data:`suite.core.names.NAME_PATTERN` (``[a-z0-9][a-z0-9._-]*``): a bad one is refused with
+:class:`suite.core.names.InvalidNameError`, or, for an entry point, reported like any broken plug-in.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from importlib.metadata import entry_points
 from typing import Any, TypeVar
 
 from suite.core.method import Method, check_run_signature
+from suite.core.names import check_name
 from suite.core.origin import check_own_packages, module_origin
 from suite.core.plugins import LoadProblem, NameClash, describe_origin, load_group
 from suite.core.problem import Problem
@@ -48,6 +51,8 @@ def _describe(cls: type) -> str:
 
 
 def _register(table: dict[str, type], base: type, name: str) -> Callable[[type[T]], type[T]]:
+    check_name(base.__name__.lower(), name)  # InvalidNameError: a name must be safe in file names and labels
+
     def decorator(cls: type[T]) -> type[T]:
         if not (isinstance(cls, type) and issubclass(cls, base)):
             raise TypeError(f"{cls!r} is not a subclass of {base.__name__}")
@@ -67,7 +72,7 @@ def _register(table: dict[str, type], base: type, name: str) -> Callable[[type[T
 
 
 def register_problem(name: str) -> Callable[[type[T]], type[T]]:
-    """Class decorator that registers a ``Problem`` subclass under ``name``."""
+    """Class decorator that registers a ``Problem`` subclass under ``name`` (matching :data:`NAME_PATTERN`)."""
     return _register(_PROBLEMS, Problem, name)
 
 
@@ -97,7 +102,7 @@ def register_problem_variant(
 
 
 def register_method(name: str) -> Callable[[type[T]], type[T]]:
-    """Class decorator that registers a ``Method`` subclass under ``name``."""
+    """Class decorator that registers a ``Method`` subclass under ``name`` (matching :data:`NAME_PATTERN`)."""
     return _register(_METHODS, Method, name)
 
 

@@ -44,8 +44,16 @@ POSTERIOR_CSV = "posterior_table.csv"
 POSTERIOR_PNG = "posterior_fig2.png"
 
 
+class MissingFacts(ValueError):
+    """A record the report cannot use for want of its problem's facts: the message names it and the fix.
+
+    ``tdbench report`` and ``tdbench run`` both report it as a usage error (exit 2, no traceback): the records stay
+    as they are, and ``tdbench facts RESULTS_DIR`` adds the facts.
+    """
+
+
 def check_facts(records: list[dict[str, Any]], out: Path, every: bool = False) -> None:
-    """Raise ValueError naming the first record whose ``problem_facts`` are missing or unusable (and the fix).
+    """Raise :class:`MissingFacts` naming the first record whose ``problem_facts`` are missing or unusable, and the fix.
 
     Successful runs must carry them; with ``every`` failed runs too (records on disk, where all should have them:
     a failed stand-in for a run that ended without its record exists only in memory).
@@ -55,7 +63,7 @@ def check_facts(records: list[dict[str, Any]], out: Path, every: bool = False) -
             continue
         why = facts_problem(record, out)
         if why is not None:
-            raise ValueError(why)
+            raise MissingFacts(why)
 
 
 def _sort_key(record: dict[str, Any]) -> tuple[str, str, int, str]:
@@ -68,7 +76,7 @@ def write_report(records: list[dict[str, Any]], out: Path, profile: str | None =
     """Write every artefact of ``records`` into ``out`` and return the text to print (compact unless ``wide``).
 
     ``records``: run records, and not-applicable rows (status ``not_applicable``, from ``Skipped.as_record()``).
-    ValueError, before anything is written, for a run record without usable problem facts.
+    :class:`MissingFacts` (a ValueError), before anything is written, for a run record without usable problem facts.
     """
     out = Path(out)
     if not records:

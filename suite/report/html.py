@@ -279,7 +279,7 @@ def _best(values: dict[str, float], higher: bool) -> set[str]:
 def _number(value: float) -> str:
     if math.isnan(value):
         return "nan"
-    return "inf" if math.isinf(value) else f"{value:.3g}"
+    return f"{value:.3g}"  # inf and -inf as such
 
 
 def _matrix_cell(

@@ -432,7 +432,7 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
     shown = table[["method", "runs", "failed"]].copy()
     info = table.attrs.get("trace") or {}
     for name in info.get("at", []):
-        shown[name] = ["-" if math.isnan(v) else "inf" if math.isinf(v) else f"{v:.3g}" for v in table[name]]
+        shown[name] = ["-" if math.isnan(v) else f"{v:.3g}" for v in table[name]]  # -inf prints as -inf
     if info.get("reach"):
         reach = info["reach"]
         shown[reach] = [format_reach(t, k) for t, k in zip(table[reach], table[f"{reach} seeds"], strict=True)]

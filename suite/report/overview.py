@@ -29,7 +29,7 @@ def _number(value: float, computed: bool = False) -> str:
     if isinstance(value, float) and math.isnan(value):
         return "nan" if computed else MISSING
     if math.isinf(value):
-        return "inf"
+        return "inf" if value > 0 else "-inf"
     return f"{value:.3g}"
 
 

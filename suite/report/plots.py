@@ -12,6 +12,9 @@ import matplotlib
 matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.category import StrCategoryFormatter
+from matplotlib.text import Text
+from matplotlib.ticker import FixedFormatter, Formatter, FuncFormatter, StrMethodFormatter
 
 from suite.core.files import write_atomically
 
@@ -144,9 +147,12 @@ def save_figure(fig: Any, ax: Any, path: Path) -> Path:
 def write_figure(fig: Any, path: Path, fit_box: bool = False) -> Path:
     """Lay out and write ``fig`` to ``path`` atomically (creating its folder; the format from its suffix), close it.
 
+    Every label is drawn as plain text (:func:`plain_labels`): names come from records, which may hold anything.
+
     ``fit_box``: fit the image to the drawing, so that a legend placed outside the axes is kept whole.
     """
     try:
+        plain_labels(fig)
         fig.tight_layout()
         path.parent.mkdir(parents=True, exist_ok=True)
         fmt = path.suffix.lstrip(".") or "png"
@@ -156,6 +162,50 @@ def write_figure(fig: Any, path: Path, fit_box: bool = False) -> Path:
     finally:
         plt.close(fig)
     return path
+
+
+def plain_text(text: str) -> str:
+    """``text`` with every ``$`` escaped, so that matplotlib draws it as it is instead of parsing mathtext."""
+    return text.replace("$", r"\$")
+
+
+def plain_labels(fig: Any) -> None:
+    """Make every label of ``fig`` plain text: titles, axis labels, legends and tick labels given as text.
+
+    A name with ``$...$`` in it would otherwise be parsed as mathtext (and, with ``text.usetex``, as TeX), and a bad
+    formula fails the whole report. Tick labels of numbers (``10^-3`` on log axes) keep their mathtext.
+    """
+    for text in fig.findobj(Text):
+        text.set_usetex(False)
+        text.set_text(plain_text(text.get_text()))
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            if isinstance(axis.get_major_formatter(), TEXT_FORMATTERS):
+                axis.set_major_formatter(PlainFormatter(axis.get_major_formatter()))
+            if isinstance(axis.get_minor_formatter(), TEXT_FORMATTERS):
+                axis.set_minor_formatter(PlainFormatter(axis.get_minor_formatter()))
+
+
+class PlainFormatter(Formatter):
+    """A tick formatter whose labels are those of ``inner`` as plain text (:func:`plain_text`)."""
+
+    def __init__(self, inner: Formatter) -> None:
+        self.inner = inner
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        return plain_text(str(self.inner(x, pos)))
+
+    def set_locs(self, locs: Any) -> None:
+        """Hand the tick locations to the wrapped formatter."""
+        self.inner.set_locs(locs)
+
+    def get_offset(self) -> str:
+        """The wrapped formatter's offset text, as plain text."""
+        return plain_text(self.inner.get_offset())
+
+
+#: Tick formatters whose labels are given text (``set_xticks(x, labels)``, categories), not numbers.
+TEXT_FORMATTERS = (FixedFormatter, FuncFormatter, StrMethodFormatter, StrCategoryFormatter)
 
 
 def _mean_se(per_model: dict[str, list[float]], models: list[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import tempfile
 import zipfile
 import zlib
@@ -57,13 +58,48 @@ def draws_path(out: Path, record_filename: str) -> Path:
     return Path(out) / DRAWS_DIR / f"{Path(record_filename).stem}.npz"
 
 
+def recorded_draws_path(out: Path, recorded: str, record_name: str) -> Path:
+    """The draw file a record names (its ``draws.path``, relative to results folder ``out``), checked to lie in it.
+
+    ValueError naming the record when the path is absolute, climbs out (``../x.npz``) or resolves, through links,
+    outside ``out``: a record is data, and never makes a reader open a file elsewhere.
+    """
+    folder = Path(out).resolve()
+    if not isinstance(recorded, str) or Path(recorded).is_absolute() or ".." in Path(recorded).parts:
+        raise ValueError(f"{record_name}: its draws.path {recorded!r} is not a path inside its results folder {out}")
+    path = folder / recorded
+    if not path.resolve().is_relative_to(folder):
+        raise ValueError(f"{record_name}: its draws.path {recorded!r} resolves outside its results folder {out}")
+    return path
+
+
 def file_sha256(path: Path) -> str:
     """Hex SHA-256 of the file's bytes."""
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
+        return _sha256_of(handle)
+
+
+def _sha256_of(handle: Any) -> str:
+    """Hex SHA-256 of an open file's bytes, from its start."""
+    digest = hashlib.sha256()
+    handle.seek(0)
+    for block in iter(lambda: handle.read(1 << 20), b""):
+        digest.update(block)
     return digest.hexdigest()
+
+
+def _open_regular(path: Path) -> Any:
+    """``path`` opened for reading if it is a regular file (a FIFO or device is refused, never waited on)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise DrawsFileError(f"draw file {path} is not a regular file")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _arrays(
@@ -136,17 +172,21 @@ def load_draws(path: Path, sha256: str | None = None, num: int | None = None) ->
     lacks an array, holds arrays of the wrong dtype or shape, or differs from what the record says.
     """
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise DrawsFileError(f"draw file {path} does not exist")
-    if sha256 is not None and file_sha256(path) != sha256:
-        raise DrawsFileError(f"draw file {path} is corrupted or was replaced: its SHA-256 differs from its record's")
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            missing = [name for name in REQUIRED_ARRAYS if name not in archive.files]
-            if missing:
-                raise DrawsFileError(f"draw file {path} lacks {', '.join(missing)}")
-            names = [*REQUIRED_ARRAYS, *(name for name in ("mask", "log_q") if name in archive.files)]
-            arrays = {name: archive[name] for name in names}
+        with _open_regular(path) as handle:  # one handle, closed on every path (a truncated archive included)
+            if sha256 is not None and _sha256_of(handle) != sha256:
+                raise DrawsFileError(
+                    f"draw file {path} is corrupted or was replaced: its SHA-256 differs from its record's"
+                )
+            handle.seek(0)
+            with np.load(handle, allow_pickle=False) as archive:
+                missing = [name for name in REQUIRED_ARRAYS if name not in archive.files]
+                if missing:
+                    raise DrawsFileError(f"draw file {path} lacks {', '.join(missing)}")
+                names = [*REQUIRED_ARRAYS, *(name for name in ("mask", "log_q") if name in archive.files)]
+                arrays = {name: archive[name] for name in names}
     except DrawsFileError:
         raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, KeyError) as exc:

@@ -9,13 +9,13 @@ before they were kept (it imports the problem classes, which the report itself n
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
 from suite.core.registry import problem_class
-from suite.results.records import records_dir, rewrite_record
+from suite.results.records import load_record_file, records_dir, regular_files, rewrite_record
 
 #: Version of the ``problem_facts`` block; bump when its keys change.
 FACTS_VERSION = 1
@@ -53,11 +53,19 @@ def problem_facts(problem: Any) -> dict[str, Any]:
 
 
 def add_missing_facts(out: Path) -> tuple[int, list[str]]:
-    """Add ``problem_facts`` to every record under ``out/records`` that lacks it; returns (updated, problems)."""
+    """Add ``problem_facts`` to every record under ``out/records`` that lacks it; returns (updated, problems).
+
+    Only regular files are read (links, FIFOs and devices named ``*.json`` are passed over); a file that is not a
+    usable record is named in a warning and left as it is.
+    """
     updated, unknown = 0, set()
-    for path in sorted(records_dir(out).glob("*.json")):
-        record = json.loads(path.read_text())
-        if "problem_facts" in record:
+    for path in regular_files(records_dir(out)):
+        try:
+            record = load_record_file(path)
+        except ValueError as exc:
+            warnings.warn(f"{exc}; left as it is", stacklevel=2)
+            continue
+        if record.get("problem_facts") is not None:
             continue
         try:
             cls = problem_class(record["problem"])

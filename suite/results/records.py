@@ -4,9 +4,12 @@ Records are written atomically (a temporary file in the same folder, flushed
 to disk, then renamed), so a run killed at any point leaves either a whole
 record or none. A finished record is never rewritten unless asked to.
 
-A record that cannot be read back (not JSON, not an object, a required key
-missing or of the wrong type, or naming another run) is treated as absent with
-a warning naming the file: its run is planned again, and reports skip it.
+A record that cannot be read back (not a regular file, not JSON, not an object,
+a required key missing or of the wrong type, a field outside the schema of
+:mod:`suite.results.schema`, or naming another run) is treated as absent with a
+warning naming the file: its run is planned again, and reports skip it. Reads
+open only regular files, never following a symbolic link and never waiting on
+a FIFO or a device.
 
 Temporary files (of records and of checkpoints, :mod:`suite.core.checkpoint`)
 carry the writing process's id in their name, ``.<name>.<pid>.<random>.tmp``,
@@ -20,6 +23,8 @@ import errno
 import hashlib
 import json
 import os
+import stat
+import tempfile
 import time
 import warnings
 from dataclasses import dataclass
@@ -28,6 +33,7 @@ from typing import Any
 
 from suite.core.budget import is_over_budget
 from suite.core.files import CHECKPOINTS_DIR, TEMPORARY_SUFFIX, write_temporary
+from suite.results.schema import schema_problem
 
 SCHEMA_VERSION = 1
 RECORDS_DIR = "records"
@@ -47,6 +53,10 @@ STATUSES = (OK, FAILED, NOT_APPLICABLE)
 LOST = "lost"
 #: Seconds after which a temporary file whose name carries no process id (older versions) counts as left over.
 LEGACY_TEMPORARY_AGE_S = 600.0
+#: Largest record file read (records are kilobytes; a bigger file is no record and is not read into memory).
+MAX_RECORD_BYTES = 64 * 1024 * 1024
+#: Flags of every read of a file named by a results folder: no following a link, no waiting on a FIFO.
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
 
 
 def make_record(
@@ -99,11 +109,49 @@ def record_path(out: Path, key: RunKey) -> Path:
     return records_dir(out) / key.filename
 
 
+def read_regular_bytes(path: Path, limit: int = MAX_RECORD_BYTES) -> bytes:
+    """The bytes of ``path`` if it is a regular file of at most ``limit`` bytes; OSError otherwise.
+
+    The file is opened without following a symbolic link and without blocking (a FIFO or a device named like a
+    record is refused, never waited on), and its type is checked on the open file.
+    """
+    if Path(path).is_symlink():  # O_NOFOLLOW's error (ELOOP) would not say why; and where it is missing, this is all
+        raise OSError(errno.ELOOP, "a symbolic link, not a regular file", str(path))
+    fd = os.open(path, _READ_FLAGS)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        if info.st_size > limit:
+            raise OSError(errno.EFBIG, f"{info.st_size} bytes, more than {limit}", str(path))
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"more than {limit} bytes", str(path))
+    return data
+
+
+def regular_files(folder: Path, pattern: str = "*.json") -> list[Path]:
+    """The regular files of ``folder`` matching ``pattern``, sorted (links, FIFOs, devices and folders left out)."""
+    found = []
+    for path in sorted(Path(folder).glob(pattern)):
+        try:
+            if stat.S_ISREG(path.lstat().st_mode):
+                found.append(path)
+        except OSError:  # removed meanwhile
+            continue
+    return found
+
+
 def _parse(path: Path, key: RunKey | None) -> tuple[dict[str, Any] | None, str | None]:
     """(the record in ``path``, None), or (None, why it is unusable: unreadable, not a record, not ``key``'s)."""
     try:
-        record = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        record = json.loads(read_regular_bytes(Path(path)).decode())
+    except OSError as exc:
+        return None, f"unreadable record {path}: {exc.strerror or exc}"
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         return None, f"unreadable record {path}: {type(exc).__name__}: {exc}"
     if not isinstance(record, dict):
         return None, f"invalid record {path}: a JSON {type(record).__name__}, not an object"
@@ -118,7 +166,18 @@ def _parse(path: Path, key: RunKey | None) -> tuple[dict[str, Any] | None, str |
         return None, f"invalid record {path}: holds {found}, not {key.problem} / {key.method} / seed {key.seed}"
     if not Path(path).name.startswith(f"{record['problem']}__{record['method']}__seed{record['seed']}__"):
         return None, f"invalid record {path}: holds {found}, not the run its file name says"
+    why = schema_problem(record)
+    if why is not None:
+        return None, f"invalid record {path}: {why}"
     return record, None
+
+
+def load_record_file(path: Path) -> dict[str, Any]:
+    """The record in the file ``path``; ValueError naming the file when it is not a usable record."""
+    record, why = _parse(Path(path), None)
+    if record is None:
+        raise ValueError(why)
+    return record
 
 
 def record_problem(path: Path, key: RunKey | None = None) -> str | None:
@@ -137,7 +196,7 @@ def _read_valid(path: Path, key: RunKey | None = None) -> dict[str, Any] | None:
 def is_finished(out: Path, key: RunKey) -> bool:
     """Whether ``key`` already has a usable record under ``out`` (an unusable one is warned about and ignored)."""
     path = record_path(out, key)
-    return path.is_file() and _read_valid(path, key) is not None
+    return (path.is_file() or path.is_symlink()) and _read_valid(path, key) is not None
 
 
 class RecordExists(FileExistsError):
@@ -227,19 +286,33 @@ def _is_stale(path: Path, now: float) -> bool:
     if pid is not None:
         return not process_alive(pid)
     try:
-        return now - path.stat().st_mtime > LEGACY_TEMPORARY_AGE_S
+        return now - path.lstat().st_mtime > LEGACY_TEMPORARY_AGE_S
     except FileNotFoundError:
         return False
 
 
+def _own_folder(out: Path, folder: Path) -> bool:
+    """Whether ``folder`` is a real folder (not a link) that resolves inside ``out``."""
+    try:
+        if not stat.S_ISDIR(folder.lstat().st_mode):
+            return False
+        return folder.resolve().is_relative_to(Path(out).resolve())
+    except (OSError, RuntimeError):
+        return False
+
+
 def remove_stale_temporaries(out: Path) -> int:
-    """Delete temporary files of records, checkpoints and draws left by killed runs (never a live writer's)."""
+    """Delete temporary files of records, checkpoints and draws left by killed runs (never a live writer's).
+
+    Only regular files are deleted, and only in those folders when they are real folders inside ``out``: a
+    ``draws/`` that is a symbolic link (to a folder of someone else's) is left alone.
+    """
     now = time.time()
     removed = 0
     for folder in (records_dir(out), Path(out) / CHECKPOINTS_DIR, Path(out) / "draws"):
-        if not folder.is_dir():
+        if not _own_folder(out, folder):
             continue
-        for path in folder.glob(f".*{TEMPORARY_SUFFIX}"):
+        for path in regular_files(folder, f".*{TEMPORARY_SUFFIX}"):
             if _is_stale(path, now):
                 path.unlink(missing_ok=True)
                 removed += 1
@@ -247,7 +320,11 @@ def remove_stale_temporaries(out: Path) -> int:
 
 
 def load_records(out: Path) -> list[dict[str, Any]]:
-    """All usable records under ``out``, in file-name order (unusable ones are skipped with a warning)."""
+    """All usable records under ``out``, in file-name order (unusable ones are skipped with a warning).
+
+    A ``*.json`` entry that is not a regular file (a symbolic link, a FIFO, a device) is warned about and skipped
+    without being opened for longer than it takes to see what it is.
+    """
     folder = records_dir(out)
     if not folder.is_dir():
         return []
@@ -256,13 +333,20 @@ def load_records(out: Path) -> list[dict[str, Any]]:
 
 
 def check_writable(out: Path) -> None:
-    """Raise ValueError unless ``out`` can be created and written to."""
+    """Raise ValueError unless ``out`` can be created and written to.
+
+    The probe is a new file of a fresh name (``.write-probe-<pid>.<random>``, made with ``O_CREAT | O_EXCL``), so
+    a file or symbolic link planted under a predictable name is never written through.
+    """
     out = Path(out)
     try:
         records_dir(out).mkdir(parents=True, exist_ok=True)
-        probe = records_dir(out) / f".write-probe-{os.getpid()}"
-        probe.write_text("ok")
-        probe.unlink()
+        fd, probe = tempfile.mkstemp(prefix=f".write-probe-{os.getpid()}.", dir=records_dir(out))
+        try:
+            os.write(fd, b"ok")
+        finally:
+            os.close(fd)
+            Path(probe).unlink(missing_ok=True)
     except OSError as exc:
         raise ValueError(f"output folder {str(out)!r} is not writable: {exc.strerror or exc}") from None
 
@@ -284,43 +368,33 @@ def read_record(out: Path, key: RunKey) -> dict[str, Any]:
     }
 
 
-def _valid_counts(counts: Any) -> bool:
-    """Whether ``counts`` is a run context's counts: names to iteration numbers, ``snapshots`` a list of them."""
-    if not isinstance(counts, dict):
-        return False
-    for name, value in counts.items():
-        values = value if name == "snapshots" and isinstance(value, list) else [value]
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
-            return False
-    return True
-
-
 def load_replay_counts(source: Path) -> dict[tuple[str, str, int, str], dict[str, Any]]:
     """Counts of timed runs to replay, by (problem, method, seed, problem config as JSON), from a record or folder.
 
     ``source`` is one record file, a results folder (its ``records/``) or a folder of records. Only records of
     timed runs (a ``time_budget_s`` in their budget) count. Raises ValueError naming a file that is unreadable,
-    is not a record, or holds malformed counts, and when ``source`` holds no timed record at all.
+    is not a regular file, is not a record, or breaks the schema (a time budget that is not in
+    (0, ``MAX_TIME_BUDGET_S``], counts that are not iteration numbers up to ``schema.MAX_COUNT``), and when
+    ``source`` holds no timed record at all.
     """
     source = Path(source)
-    if source.is_file():
+    if source.is_dir():
+        folder = records_dir(source) if records_dir(source).is_dir() else source
+        paths = sorted(folder.glob("*.json"))
+    elif source.exists() or source.is_symlink():  # a file: read only if it is a regular one
         paths = [source]
-    elif records_dir(source).is_dir():
-        paths = sorted(records_dir(source).glob("*.json"))
-    elif source.is_dir():
-        paths = sorted(source.glob("*.json"))
     else:
         raise ValueError(f"{source}: no such record file or folder")
     found: dict[tuple[str, str, int, str], dict[str, Any]] = {}
     for path in paths:
         record, why = _parse(path, None)
-        if why is not None:
+        if record is None:
             raise ValueError(why)
         budget = record.get("budget") or {}
-        if not isinstance(budget, dict) or budget.get("time_budget_s") is None:
+        if budget.get("time_budget_s") is None:
             continue
-        if not _valid_counts(record.get("counts")):
-            raise ValueError(f"invalid record {path}: its counts are not iteration numbers")
+        if not isinstance(record.get("counts"), dict):
+            raise ValueError(f"invalid record {path}: a timed run without counts")
         config = json.dumps(record.get("problem_config"), sort_keys=True, default=str)
         found[(record["problem"], record["method"], record["seed"], config)] = {
             "counts": record["counts"],

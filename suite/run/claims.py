@@ -5,6 +5,7 @@ Before a process runs (or hands to a worker) a run, it takes an exclusive, non-b
 when the holder exits, however it exits (killed, out of memory), so a claim never outlives its process and
 needs no expiry. Shards of one grid (``--shard I/N``), or two ``run_all.py`` calls started on the same folder,
 thereby split the work between them; a run whose claim another live process holds is left to that process.
+A lock (or the ``locks`` folder) that is a symbolic link is refused (:class:`UnsafeLockError`), never followed.
 
 Records are published by an atomic create (:func:`suite.results.records.write_record` with ``exclusive=True``): when,
 without working locks (some network file systems), two writers still race, the second finds the record there
@@ -46,8 +47,7 @@ class RunClaim:
         """Take the claim without waiting; False when another live process holds it."""
         if self._fd is not None:
             return True
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_lock(self.path)
         if fcntl is not None:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -56,7 +56,7 @@ class RunClaim:
                 if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                     return False
                 if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):  # no locks on this file system
-                    fd = os.open(self.path, os.O_RDWR)
+                    fd = open_lock(self.path)
                 else:
                     raise
         self._fd = fd
@@ -74,6 +74,55 @@ class RunClaim:
             self.path.unlink(missing_ok=True)
         os.close(self._fd)  # closing the last descriptor drops the flock
         self._fd = None
+
+
+#: Opening a symlink with this flag fails (ELOOP on Linux, EMLINK on the BSDs, EFTYPE on NetBSD) instead of following.
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_LINK_ERRNOS = {errno.ELOOP, errno.EMLINK, getattr(errno, "EFTYPE", errno.ELOOP)}
+
+
+def open_lock(path: Path) -> int:
+    """Open (creating) lock file ``path`` for writing, never through a symlink: the descriptor.
+
+    Neither the lock nor its ``locks`` folder may be a symbolic link (a planted one would make the suite create or
+    write its target, wherever it points): such a lock is refused with :class:`UnsafeLockError`, naming it.
+    """
+    folder = Path(path).parent
+    if folder.is_symlink():
+        raise UnsafeLockError(folder, "lock folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    flags = os.O_RDWR | os.O_CREAT | _NOFOLLOW
+    directory = getattr(os, "O_DIRECTORY", 0)
+    try:
+        if os.open not in os.supports_dir_fd or not directory or not _NOFOLLOW:
+            return os.open(path, flags, 0o644)
+        # the folder is opened first (not followed if it is a link), and the lock inside the folder opened
+        folder_fd = os.open(folder, os.O_RDONLY | directory | _NOFOLLOW)
+        try:
+            return os.open(Path(path).name, flags, 0o644, dir_fd=folder_fd)
+        finally:
+            os.close(folder_fd)
+    except OSError as exc:
+        if exc.errno in _LINK_ERRNOS or (exc.errno == errno.ENOTDIR and os.path.islink(folder)):
+            if os.path.islink(folder):
+                raise UnsafeLockError(folder, "lock folder") from None
+            raise UnsafeLockError(Path(path), "lock file") from None
+        raise
+
+
+class UnsafeLockError(OSError):
+    """A lock file (or the ``locks`` folder) that is a symbolic link: refused, never followed."""
+
+    def __init__(self, path: Path, what: str = "lock file") -> None:
+        super().__init__(
+            errno.ELOOP,
+            f"refusing to use the {what} {str(path)!r}: it is a symbolic link (the suite never writes through "
+            "links; remove it, or use another results folder)",
+            str(path),
+        )
+
+    def __str__(self) -> str:
+        return str(self.strerror)
 
 
 def remove_empty_locks_dir(out: Path) -> None:

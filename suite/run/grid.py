@@ -1,14 +1,15 @@
 """Running a grid: :func:`run_grid` plans a :class:`GridSpec`, executes its unfinished runs and writes the report.
 
 Each run is claimed first (:mod:`suite.run.claims`), executed in this process, in worker processes or as a Dask task,
-and its record written as soon as it is done; an interrupted grid resumes where it stopped.
+and its record written as soon as it is done; an interrupted grid (:mod:`suite.run.interrupts`) resumes where it
+stopped.
 """
 
 from __future__ import annotations
 
 import copy
+import glob
 import json
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -18,7 +19,9 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from suite.report.build import NOT_APPLICABLE_FILE, write_report
+from suite.core.files import write_atomically
+from suite.core.registry import available_methods
+from suite.report.build import NOT_APPLICABLE_FILE, MissingFacts, write_report
 from suite.report.terminal import summarise_not_applicable
 from suite.results import records as rec
 from suite.results.records import LOST
@@ -26,7 +29,8 @@ from suite.run import claims
 from suite.run import parallel as par
 from suite.run.dask_executor import DaskSession, DaskSettings
 from suite.run.dask_executor import run_grid as run_tasks
-from suite.run.plan import PlannedRun, Skipped, earlier_records, plan
+from suite.run.interrupts import DeferredInterrupts, Interrupted
+from suite.run.plan import PlannedRun, Skipped, plan
 from suite.run.shards import shard_of
 from suite.run.spec import Execution, GridSpec, Placement, UsageError, place
 
@@ -73,17 +77,40 @@ def plan_grid(spec: GridSpec, execution: Execution) -> PlannedGrid:
     """Place ``spec`` on ``execution`` and plan it; with a shard, only that slice's runs. UsageError when bad."""
     placement = place(spec, execution)
     runs, skipped = plan(spec, placement.device)
+    _refuse_if_nothing_named_can_run(spec, runs, skipped)
     size = len(runs)
     if execution.shard_slice is not None:
         runs = shard_of(runs, *execution.shard_slice)
     return PlannedGrid(placement, runs, skipped, size)
 
 
+def _refuse_if_nothing_named_can_run(spec: GridSpec, runs: list[PlannedRun], skipped: list[Skipped]) -> None:
+    """UsageError (exit status 2) when problems were named and every one is unavailable here, naming each and why.
+
+    With ``--problems all`` the grid is what this machine can run; with some named problems available, those run
+    and the others are named in notes.
+    """
+    if spec.problems == "all" or runs:
+        return
+    unavailable = {note.problem: note.reason for note in skipped if note.method is None}
+    if not spec.problems or any(name not in unavailable for name in spec.problems):
+        return
+    if len(spec.problems) == 1:
+        (name,) = spec.problems
+        raise UsageError(f"problem {name} cannot run here: {unavailable[name]}")
+    reasons = "; ".join(f"{name}: {unavailable[name]}" for name in spec.problems)
+    raise UsageError(f"none of the problems named can run here: {reasons}")
+
+
 def run_grid(spec: GridSpec, execution: Execution, echo: Echo = print) -> GridOutcome:
     """Plan ``spec``, run its unfinished runs as ``execution`` says and, unless it is one shard, write the report.
 
     Messages (notes, progress lines, the leaderboards) go to ``echo``. Bad input raises :class:`UsageError` before
-    any run; KeyboardInterrupt and a full disk propagate, with every finished record kept.
+    any run, and so does a grid whose every named problem is unavailable here. A full disk and KeyboardInterrupt
+    (or :class:`suite.run.interrupts.Interrupted`, the command line's SIGINT and SIGTERM) propagate with every
+    finished record kept; on an interrupt the worker processes are ended and the Dask tasks cancelled first, and
+    runs that had not finished get no record. The report is written from every record in ``execution.out`` with
+    the grid's settings, including those another process recorded meanwhile.
 
     >>> import tempfile
     >>> from pathlib import Path
@@ -111,30 +138,94 @@ def run_grid(spec: GridSpec, execution: Execution, echo: Echo = print) -> GridOu
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     try:
-        records = execute(grid.runs, spec, execution, grid.placement, session, echo)
+        done = execute(grid.runs, spec, execution, grid.placement, session, echo)
+        records = list(done.values())
         report = None
         if execution.shard_slice is None:  # shards end at different times: one report of all of them comes after
-            report = _report(spec, execution, grid, records, echo)
+            report = _report(spec, execution, grid, done, echo)
     finally:
         if session is not None:
             session.close()
     return GridOutcome(records, report, time.perf_counter() - start)
 
 
-def _report(spec: GridSpec, execution: Execution, grid: PlannedGrid, records: list[dict], echo: Echo) -> str:
-    """Write the report of the plan's records with the earlier ones of other methods; echo and return its text."""
+def _report(spec: GridSpec, execution: Execution, grid: PlannedGrid, done: dict[str, dict], echo: Echo) -> str:
+    """Write the report of every record in the folder with this grid's settings; echo and return its text.
+
+    The records are read back from the folder when the grid is done, not taken from this process's runs alone:
+    another process running an overlapping grid into the same folder (other seeds, other methods) may have
+    recorded runs meanwhile, and its records belong on the same leaderboards. ``done``: this process's records by
+    file name (a run that ended without one has an in-memory stand-in). Runs of this grid that another process
+    still holds are named, with the command that completes the report once they are done.
+    """
     out = execution.out
-    earlier = earlier_records(spec, out, grid.placement.device, grid.runs)
-    if earlier:
-        methods = sorted({record["method"] for record in earlier})
-        runs = f"{len(earlier)} earlier run{'s' if len(earlier) != 1 else ''}"
+    shown: dict[str, dict] = {}
+    held: list[PlannedRun] = []
+    for run in grid.runs:
+        name = run.key.filename
+        if rec.is_finished(out, run.key):  # also a run another process held when this one started, finished since
+            shown[name] = rec.read_record(out, run.key)
+        elif name in done:
+            shown[name] = done[name]
+        else:
+            held.append(run)
+    others = [
+        rec.read_record(out, key)
+        for key in _recorded_keys(out, _same_settings(spec, grid.placement.device, grid.runs))
+        if key.filename not in shown
+    ]
+    if others:
+        methods = sorted({record["method"] for record in others})
+        runs = f"{len(others)} earlier run{'s' if len(others) != 1 else ''}"
         echo(f"\nThe leaderboards also show {runs} in {out} with the same settings: {', '.join(methods)}")
+    if held:
+        names = ", ".join(f"{run.key.problem} / {run.key.method} / seed {run.key.seed}" for run in held[:5])
+        more = f" and {len(held) - 5} more" if len(held) > 5 else ""
+        echo(
+            f"\n{len(held)} run{'s' if len(held) != 1 else ''} of this grid {'are' if len(held) != 1 else 'is'} "
+            f"still being run by another process ({names}{more}): the leaderboards lack them until that process "
+            f"finishes and writes them again, or `tdbench report {out}` is run after it"
+        )
     not_applicable = [note.as_record() for note in grid.skipped if note.method is not None]
     if not_applicable:
         save_not_applicable(out, grid.skipped)
-    text = write_report(records + earlier + not_applicable, out, spec.profile, execution.wide)
+    try:
+        text = write_report([*shown.values(), *others, *not_applicable], out, spec.profile, execution.wide)
+    except MissingFacts as exc:  # the runs' records are kept; the report needs the facts added first
+        raise UsageError(f"{exc}; then `tdbench report {out}` writes the report") from None
     echo(text)
     return text
+
+
+def _same_settings(spec: GridSpec, device: Any, runs: list[PlannedRun]) -> dict[tuple[str, str, str], rec.RunKey]:
+    """(problem, method, configuration hash) of the planned runs and of every other method's runs on their problems
+    with the same settings (as if asked for), each with one run key of it: records of any seed match."""
+    keys = [run.key for run in runs]
+    planned = {run.key.method for run in runs}
+    others = [name for name in available_methods() if name not in planned]
+    if runs and others:
+        problems = tuple(dict.fromkeys(run.key.problem for run in runs))
+        extra, _ = plan(spec.narrowed(problems, others), device)
+        keys += [run.key for run in extra]
+    return {(key.problem, key.method, key.config_hash): key for key in keys}
+
+
+def _recorded_keys(out: Path, settings: dict[tuple[str, str, str], rec.RunKey]) -> list[rec.RunKey]:
+    """Run keys of the finished records in ``out`` of any seed whose problem, method and configuration match."""
+    folder = rec.records_dir(out)
+    if not folder.is_dir():
+        return []
+    found = []
+    for (problem, method, config_hash), key in settings.items():
+        prefix, suffix = f"{problem}__{method}__seed", f"__{config_hash}.json"
+        for path in sorted(folder.glob(f"{glob.escape(prefix)}*{glob.escape(suffix)}")):
+            seed = path.name[len(prefix) : -len(suffix)]
+            if not seed.isdigit():
+                continue
+            other = rec.RunKey(problem, method, int(seed), key.config)
+            if other.filename == path.name and rec.is_finished(out, other):
+                found.append(other)
+    return found
 
 
 def open_session(execution: Execution, placement: Placement, echo: Echo = print) -> Any:
@@ -150,7 +241,12 @@ def open_session(execution: Execution, placement: Placement, echo: Echo = print)
         gpu=placement.device.type == "cuda",
     )
     echo(f"Connecting to {settings.describe()} ...")
-    return DaskSession(settings)
+    with DeferredInterrupts() as interrupts:  # a cluster half started cannot be closed: a signal waits for it
+        session = DaskSession(settings)
+    if interrupts.signum is not None:
+        session.close()
+        raise Interrupted(interrupts.signum)
+    return session
 
 
 def execute(
@@ -160,11 +256,12 @@ def execute(
     placement: Placement,
     session: Any = None,
     echo: Echo = print,
-) -> list[dict]:
+) -> dict[str, dict]:
     """Execute unfinished runs (all with ``force``), each record written as soon as its run is done.
 
     Each run is claimed first (:mod:`suite.run.claims`): a run another live process is running into the same folder
-    is left to it, and only the runs with records are returned. With a Dask ``session`` the runs are its tasks.
+    is left to it, and the records of the others are returned, by record file name, in plan order. With a Dask
+    ``session`` the runs are its tasks.
     """
     out, force = execution.out, execution.force
     rec.remove_stale_temporaries(out)
@@ -227,17 +324,45 @@ def execute(
             if not finished:  # the worker died before writing: shown, not saved (a rerun retries)
                 lost[key.filename] = rec.lost_record(key, status, reason)
             held.pop(key.filename).release(finished=finished)
+    except KeyboardInterrupt:
+        _close(outcomes)  # the workers end (or the tasks are cancelled) before their claims are given up
+        bar.close()
+        echo(_interrupted_line([by_key[name] for name in held if not rec.is_finished(out, by_key[name].key)]))
+        raise
     finally:
-        for claim in held.values():
-            claim.release()
+        _close(outcomes)  # an error here, or an interrupt: workers still running are ended, never awaited
+        bar.close()
+        for name, claim in held.items():
+            claim.release(finished=rec.is_finished(out, by_key[name].key))  # recorded just before an interrupt
         claims.remove_empty_locks_dir(out)
-    bar.close()
     busy_names = {run.key.filename for run in busy}
-    return [
-        lost.get(run.key.filename) or rec.read_record(out, run.key)
+    return {
+        run.key.filename: lost.get(run.key.filename) or rec.read_record(out, run.key)
         for run in runs
         if run.key.filename not in busy_names
-    ]
+    }
+
+
+def _close(outcomes: Iterator[Any]) -> None:
+    """Close a generator of outcomes: a worker pool ends its workers, a Dask run cancels its tasks."""
+    close = getattr(outcomes, "close", None)
+    if close is not None:
+        close()
+
+
+#: Unfinished runs named in the message of an interrupted grid (the rest are counted).
+NAMED_UNFINISHED = 5
+
+
+def _interrupted_line(unfinished: list[PlannedRun]) -> str:
+    """What an interrupt left undone: the runs without a record (stopped or not started), a few of them named."""
+    if not unfinished:
+        return "\nInterrupted: every run this command had started has its record."
+    names = [f"{run.key.problem} / {run.key.method} / seed {run.key.seed}" for run in unfinished]
+    shown = ", ".join(names[:NAMED_UNFINISHED])
+    more = f" and {len(names) - NAMED_UNFINISHED} more" if len(names) > NAMED_UNFINISHED else ""
+    runs = f"{len(names)} run{'s' if len(names) != 1 else ''}"
+    return f"\nInterrupted: {runs} stopped or not started, without a record: {shown}{more}."
 
 
 def _claim(todo: list[PlannedRun], out: Path, force: bool) -> tuple[dict[str, claims.RunClaim], list[PlannedRun]]:
@@ -286,7 +411,7 @@ def save_not_applicable(out: Path, skipped: list[Skipped]) -> None:
     """Add this run's not-applicable pairs to ``out/not_applicable.json``, so ``report`` shows them too."""
     path = out / NOT_APPLICABLE_FILE
     try:
-        earlier = json.loads(path.read_text()) if path.is_file() else []
+        earlier = json.loads(rec.read_regular_bytes(path)) if path.exists() or path.is_symlink() else []
     except (OSError, ValueError):
         earlier = []  # rewritten whole below
     pairs = {(row["problem"], row["method"]): row for row in earlier if isinstance(row, dict) and "method" in row}
@@ -295,9 +420,4 @@ def save_not_applicable(out: Path, skipped: list[Skipped]) -> None:
             pairs[(note.problem, note.method)] = {"problem": note.problem, "method": note.method, "reason": note.reason}
     rows = [pairs[key] for key in sorted(pairs, key=lambda key: (str(key[0]), str(key[1])))]
     out.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(rows, indent=1) + "\n")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_atomically(path, lambda tmp: tmp.write_text(json.dumps(rows, indent=1) + "\n"))

@@ -18,7 +18,7 @@ from suite.core.problem import Problem
 from suite.core.registry import available_problems, make_problem, problem_class
 from suite.run.conformance import FAIL, PASS, SKIP, CheckResult, require, run_check
 from suite.run.problem_checks import supports_answers
-from suite.run.result_checks import draws_problem, model_probs_problem
+from suite.run.result_checks import draws_problem, mixing_problem, model_probs_problem, target_problem
 from suite.run.runner import execute, gold_draws, resolve_and_run
 
 #: Where the one-problem checks (seeds, harness, trace, budget) run: the first of these the method supports, else
@@ -39,7 +39,8 @@ def valid_result(method: Method, problem: Problem, num_draws: int = 500) -> None
     """A smoke run returns an ``ok`` Result that is a distribution on the problem's space, with phase timings.
 
     q(m) and the draws pass the runner's checks (:mod:`suite.run.result_checks`: q(m) a distribution on the
-    problem's models, draws of shape ``[N, dim_max]``), with N <= num_draws; log q finite at every draw (stricter
+    problem's models, draws of shape ``[N, dim_max]``; the target finite where q(m) has mass; chains that moved
+    between models), with N <= num_draws; log q finite at every draw (stricter
     than the runner, which allows -inf); phase timings >= 0.
     """
     context = RunContext(seed=0, profile="smoke", num_draws=num_draws)
@@ -48,6 +49,10 @@ def valid_result(method: Method, problem: Problem, num_draws: int = 500) -> None
     require(result.status == "ok", f"status {result.status!r}: {result.reason}")
     invalid = model_probs_problem(problem, result) or draws_problem(problem, result.draws)
     require(invalid is None, str(invalid))  # the runner's own checks (suite.run.result_checks), same tolerances
+    if result.metrics_scope == "all":  # as the runner: a target non-finite where q has mass, or stuck chains
+        unusable = target_problem(problem, result, None, context.device, context.dtype)
+        unusable = unusable or mixing_problem(problem, result)
+        require(unusable is None, str(unusable))
     if result.draws is not None:
         require(len(result.draws) <= num_draws, f"{len(result.draws)} draws returned where {num_draws} were asked for")
     if result.log_density is not None:

@@ -39,6 +39,7 @@ from suite.core.registry import load_all, make_method, make_problem
 from suite.core.types import Draws
 from suite.results import draws_file
 from suite.results import records as rec
+from suite.run.interrupts import end_processes, ignore_interrupts, interrupts_held
 from suite.run.runner import execute, gold_draws
 
 
@@ -151,6 +152,7 @@ def _die_with_parent(parent_pid: int) -> None:
 
 def _init_worker(threads: int, parent_pid: int) -> None:
     global _PARENT_PID
+    ignore_interrupts()  # a Ctrl-C reaches the whole group: the parent ends its workers (suite.run.interrupts)
     _PARENT_PID = parent_pid
     _die_with_parent(parent_pid)
     torch.set_num_threads(threads)
@@ -205,39 +207,50 @@ def run_in_workers(specs: list[RunSpec], jobs: int, threads: int) -> Iterator[tu
     """Yield (spec, status, reason) as runs finish in ``jobs`` spawned worker processes.
 
     Runs are handed out one at a time, so a worker that finishes early takes
-    the next. On an interrupt, runs not yet started are cancelled; finished
-    ones already have their records. When a worker dies the pool is broken:
-    the runs not yet handed out are yielded as failed (no record) too. A full
-    disk (``OSError`` ENOSPC) is raised, not turned into failed runs.
+    the next. When a worker dies the pool is broken: the runs not yet handed
+    out are yielded as failed (no record) too. A full disk (``OSError``
+    ENOSPC) is raised, not turned into failed runs. On an interrupt (or when
+    the caller closes this generator early) the workers are ended at once
+    (SIGTERM, then SIGKILL after :data:`suite.run.interrupts.GRACE_S`): runs
+    still going write no record, and finished ones already have theirs.
     """
     context = multiprocessing.get_context("spawn")  # a forked child may inherit a locked OpenMP pool
     initargs = (threads, os.getpid())
-    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker, initargs=initargs) as pool:
-        pending: dict[Future, RunSpec] = {}
-        queue = list(reversed(specs))
-        try:
-            broken: str | None = None
-            while pending or (queue and broken is None):
-                while queue and len(pending) < jobs and broken is None:
-                    try:
+    pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker, initargs=initargs)
+    pending: dict[Future, RunSpec] = {}
+    queue = list(reversed(specs))
+    try:
+        broken: str | None = None
+        while pending or (queue and broken is None):
+            while queue and len(pending) < jobs and broken is None:
+                try:
+                    with interrupts_held():  # a worker started here ignores SIGINT from its first instruction
                         pending[pool.submit(run_spec, queue[-1])] = queue[-1]
-                        queue.pop()
-                    except BrokenProcessPool as exc:
-                        broken = f"not run: a worker process died and took the pool with it ({exc})"
-                if not pending:
-                    break
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    spec = pending.pop(future)
-                    try:
-                        status, reason = future.result()
-                    except Exception as exc:  # the worker itself died (killed, out of memory)
-                        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-                            raise
-                        status, reason = "failed", f"worker process failed: {type(exc).__name__}: {exc}"
-                    yield spec, status, reason
-            for spec in reversed(queue):
-                yield spec, "failed", broken
-        except BaseException:
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
+                    queue.pop()
+                except BrokenProcessPool as exc:
+                    broken = f"not run: a worker process died and took the pool with it ({exc})"
+            if not pending:
+                break
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                spec = pending.pop(future)
+                try:
+                    status, reason = future.result()
+                except Exception as exc:  # the worker itself died (killed, out of memory)
+                    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+                        raise
+                    status, reason = "failed", f"worker process failed: {type(exc).__name__}: {exc}"
+                yield spec, status, reason
+        for spec in reversed(queue):
+            yield spec, "failed", broken
+    except BaseException:  # an interrupt, a full disk, or the caller closing the generator: stop, do not wait
+        stop_pool(pool)
+        raise
+    pool.shutdown(wait=True)
+
+
+def stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Cancel a pool's queued runs and end its worker processes now (runs in progress write no record)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    end_processes(processes)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -12,7 +11,7 @@ import torch
 from suite.core import reference_store
 from suite.core.method import Method
 from suite.core.problem import Problem
-from suite.core.registry import available_methods, code_origin, make_method, make_problem, problem_class
+from suite.core.registry import code_origin, make_method, make_problem, problem_class
 from suite.results import records as rec
 from suite.results.records import NOT_APPLICABLE
 from suite.run.runner import _jsonable
@@ -184,18 +183,3 @@ def seeds_for(method: Method, spec: GridSpec) -> int:
     if spec.seeds is not None:
         return spec.seeds
     return int(method.default_seeds.get(spec.profile, DEFAULT_SEEDS[spec.profile]))
-
-
-def earlier_records(spec: GridSpec, out: Path, device: torch.device, runs: list[PlannedRun]) -> list[dict]:
-    """Finished records in ``out`` of the other registered methods on the planned problems, with these settings.
-
-    Their run keys are computed exactly as if those methods had been asked for, so a record made under other
-    settings (profile, preset, draws, seeds, device) is never picked up.
-    """
-    planned = {run.key.method for run in runs}
-    others = [name for name in available_methods() if name not in planned]
-    if not runs or not others:
-        return []
-    problems = tuple(dict.fromkeys(run.key.problem for run in runs))
-    extra, _ = plan(spec.narrowed(problems, others), device)
-    return [rec.read_record(out, run.key) for run in extra if rec.is_finished(out, run.key)]

@@ -23,7 +23,7 @@ from suite.results import draws_file
 from suite.results import records as rec
 from suite.results.facts import problem_facts
 from suite.run.harness import PeakMemory, PhaseTimer, environment, warm_up_torch
-from suite.run.result_checks import evenly_spaced, result_problem
+from suite.run.result_checks import evenly_spaced, mixing_problem, result_problem, target_problem
 from suite.scoring import metrics
 from suite.scoring.trace import score_trace
 
@@ -316,6 +316,12 @@ def execute(
                     result.status, result.reason = "failed", f"invalid result: {invalid}"
                 elif result.draws is not None and not target_finite_somewhere(problem, result.draws, device, dtype):
                     result.status, result.reason = "failed", NON_FINITE_TARGET
+                elif result.metrics_scope == "all" and (
+                    unusable := target_problem(problem, result, draws, device, dtype) or mixing_problem(problem, result)
+                ):
+                    # A target non-finite in part of the space: chains stuck in a NaN model, or never moving
+                    # between models, give an estimate that can look good (their starting distribution).
+                    result.status, result.reason = "failed", unusable
                 else:
                     scores = evaluate(problem, result, draws, device, dtype)
                     if draws is not None and result.conditional_log_density is not None:

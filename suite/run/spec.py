@@ -312,9 +312,9 @@ def check_out(out: Path, profile: str) -> None:
 def profiles_in(out: Path) -> set[str]:
     """The profiles of the records in ``out`` (unreadable records are ignored)."""
     found = set()
-    for path in rec.records_dir(out).glob("*.json"):
+    for path in rec.regular_files(rec.records_dir(out)):  # never a FIFO or a link named *.json
         try:
-            profile = (json.loads(path.read_text()).get("budget") or {}).get("profile")
+            profile = (json.loads(rec.read_regular_bytes(path)).get("budget") or {}).get("profile")
         except (OSError, ValueError, AttributeError):
             continue
         if isinstance(profile, str):

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from suite.core.files import write_atomically
 from suite.report.plots import plt, write_figure
 
 
@@ -146,13 +147,13 @@ class BBEStudy:
             print(f"  N = {draws}: exit {code} in {time.perf_counter() - start:.0f} s")
             status = max(status, code)
         table = self.table(out)
-        table.to_csv(out / f"{self.name}.csv", index=False)
+        write_atomically(out / f"{self.name}.csv", lambda tmp: table.to_csv(tmp, index=False))
         markdown = format_bbe_table(table)
         verdicts = self.ordering(table)
         text = f"# {self.name}\n\n{self.description}\n\nPaper: {self.paper_source}: {self.paper_claim}\n\n{markdown}\n"
         if verdicts:
             text += "\nThe paper's ordering at the largest N:\n" + "".join(f"- {line}\n" for line in verdicts)
-        (out / f"{self.name}.md").write_text(text)
+        write_atomically(out / f"{self.name}.md", lambda tmp: tmp.write_text(text))
         figure = plot_bbe(self, out, out / f"{self.name}.png")
         write_bbe_html(self, table, verdicts, out, figure)
         print(f"\n{self.paper_source}: {self.paper_claim}\n{markdown}")
@@ -214,5 +215,5 @@ def write_bbe_html(study: BBEStudy, table: pd.DataFrame, verdicts: list[str], ou
         f"<p><img src='{html.escape(figure.name)}' alt='{html.escape(study.name)}'></p>"
     )
     path = out / "index.html"
-    path.write_text(page)
+    write_atomically(path, lambda tmp: tmp.write_text(page))
     return path

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from suite.core.context import RunContext
+from suite.core.files import write_atomically
 from suite.core.problem import Problem
 from suite.core.registry import make_method
 from suite.report.plots import save_figure
@@ -52,6 +53,14 @@ def write_csv(problem: Problem, results: Sequence[ReplicateResult], path: Path) 
     """One row per proposal type, replicate and model."""
     truth, truth_se = truth_of(problem)
     path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, lambda tmp: _write_rows(problem, results, truth, truth_se, tmp))
+    return path
+
+
+def _write_rows(
+    problem: Problem, results: Sequence[ReplicateResult], truth: Tensor | None, truth_se: Tensor | None, path: Path
+) -> None:
+    """The rows of :func:`write_csv` into ``path``."""
     with path.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS)
         writer.writeheader()
@@ -75,7 +84,6 @@ def write_csv(problem: Problem, results: Sequence[ReplicateResult], path: Path) 
                         "fit_seconds": f"{res.fit_seconds:.4g}",
                     }
                 )
-    return path
 
 
 def estimates_by_proposal(results: Sequence[ReplicateResult], model: int) -> dict[str, np.ndarray]:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from suite.core.files import write_atomically
 from suite.report.leaderboard import mean_and_se
 from suite.report.plots import plt, write_figure
 from suite.results.records import load_records
@@ -164,7 +165,7 @@ def write_html(study: Study, table: pd.DataFrame, out: Path, figure: Path, extra
         + ("" if extra is None else f"<p><img src='{html.escape(extra.name)}' alt='{html.escape(extra.stem)}'></p>")
     )
     path = out / "index.html"
-    path.write_text(page)
+    write_atomically(path, lambda tmp: tmp.write_text(page))
     return path
 
 
@@ -189,16 +190,16 @@ def run_study(
             print(f"tdbench study: error: {variant.label}: {exc}", file=sys.stderr)
             return 2
         finally:
-            log.write_text("\n".join(lines) + "\n")
+            write_atomically(log, lambda tmp, lines=lines: tmp.write_text("\n".join(lines) + "\n"))
         code = outcome.status
         print(f"  {variant.label}: exit {code} in {time.perf_counter() - start:.0f} s (log: {log})")
         status = max(status, code)
     table = study.table(out)
-    table.to_csv(out / f"{study.name}.csv", index=False)
+    write_atomically(out / f"{study.name}.csv", lambda tmp: table.to_csv(tmp, index=False))
     markdown = format_table(study, table)
     header = f"# {study.name}\n\n{study.description}\n\nPaper: {study.paper_source}\n\n"
     details = "" if study.details is None else f"\n{study.details(study, out)}\n"
-    (out / f"{study.name}.md").write_text(f"{header}{markdown}\n{details}")
+    write_atomically(out / f"{study.name}.md", lambda tmp: tmp.write_text(f"{header}{markdown}\n{details}"))
     figure = plot_table(study, table, out / f"{study.name}.png")
     extra = None if study.figure is None else study.figure(study, out)
     page = write_html(study, table, out, figure, extra)
