@@ -13,21 +13,86 @@ from suite.core.model_space import BinarySpace
 from suite.core.problem import LOG_SQRT_2PI, Problem
 from suite.core.tensor_ops import rows
 from suite.core.types import Draws, ModelProbs
+from tests import time_budget
 from tests.fake_time import fake_time  # noqa: F401 (the fake clock fixture, for every test)
 
-# The tests never download a data set (docs/data.md): a problem whose file is nowhere is unavailable and its tests
-# skip. Subprocesses inherit this; tests/suite/core/test_data.py turns downloads on against a local server.
-os.environ.setdefault("TDBENCH_OFFLINE", "1")
+# No test reads the user's settings: every TDBENCH_* variable (data folder, mirror, cache, references) is cleared
+# before any test runs (the suite reads them only when called), so a run gives the same answers whatever the shell
+# exported; a test that needs one sets it with monkeypatch. The tests never download a data set (docs/data.md): a
+# problem whose file is nowhere is unavailable and its tests skip. Subprocesses inherit this;
+# tests/suite/core/test_data.py turns downloads on against a local server.
+for _name in [name for name in os.environ if name.startswith("TDBENCH_")]:
+    del os.environ[_name]
+os.environ["TDBENCH_OFFLINE"] = "1"
+
+# Under pytest-xdist each worker process gets one torch (and BLAS) thread: two workers on two cores, not four
+# threads fighting over them. Subprocesses inherit OMP_NUM_THREADS.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--device", default="cpu", help="device for tests that take one (cpu or cuda)")
+    parser.addoption(
+        "--write-screenshot",
+        default=None,
+        metavar="FOLDER",
+        help="a results folder holding index.html: check its page in Chromium and write docs/report.png from it",
+    )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    time_budget.start(config)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    time_budget.finish(session)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    line = time_budget.summary_line(config)
+    if line:
+        terminalreporter.write_sep("-", line)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/benchmarks" in str(item.fspath).replace("\\", "/"):
             item.add_marker(pytest.mark.benchmark)
+        group = shared_setup_group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+    # A -m of the user's own (-m "not slow") replaces the configured -m 'not benchmark': benchmarks still run only
+    # when the expression names them.
+    if "benchmark" not in (config.option.markexpr or ""):
+        benchmarks = [item for item in items if item.get_closest_marker("benchmark")]
+        if benchmarks:
+            config.hook.pytest_deselected(items=benchmarks)
+            items[:] = [item for item in items if not item.get_closest_marker("benchmark")]
+
+
+def shared_setup_group(item: pytest.Item) -> str | None:
+    """The pytest-xdist group of a test that uses a module- or session-scoped fixture of the tests, else None.
+
+    Under ``--dist loadgroup`` a group runs on one worker, so an expensive shared setup (a smoke grid, a trained
+    flow, an installed plug-in) is made once, not once per worker. A session fixture names the group (its users
+    may sit in several modules); a module fixture groups its module. Other tests go to whichever worker is free.
+    """
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    module_group = None
+    for name in info.names_closure:
+        for definition in info.name2fixturedefs.get(name, ()):
+            if not definition.baseid.startswith("tests"):
+                continue  # pytest's and plug-ins' own fixtures (tmp_path_factory, ...)
+            if definition.scope == "session":
+                return f"session-{name}"
+            if definition.scope == "module":
+                module_group = f"module-{item.module.__name__}"
+    return module_group
 
 
 @pytest.fixture

@@ -97,6 +97,7 @@ def test_docs_pages_that_took_the_readme_sections_exist() -> None:
     assert "GPU timings" in (DOCS / "reproducing-the-papers.md").read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_the_method_and_problem_skeletons_run_and_recover_the_exact_answer() -> None:
     """Exec the README's two skeletons, then score the method on the toy problem (exact) and on ``sas``."""
     method_code, problem_code = _python_block("@register_method"), _python_block("@register_problem")
@@ -138,6 +139,7 @@ def test_the_method_and_problem_skeletons_run_and_recover_the_exact_answer() -> 
     assert "skeletons ok" in _run_python(method_code + "\n" + problem_code + "\n" + driver)
 
 
+@pytest.mark.slow
 def test_the_python_api_snippet_scores_a_method() -> None:
     code = _python_block("gold_draws(problem")
     output = _run_python(code)

@@ -70,11 +70,13 @@ def test_unwritable_output_is_refused(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "not writable" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_bad_profile_exits_nonzero() -> None:
     proc = subprocess.run([sys.executable, "run_all.py", "--profile", "huge"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode != 0 and "quick" in proc.stderr
 
 
+@pytest.mark.slow
 def test_smoke_run_writes_records_and_leaderboard(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     argv = [
         "--problems",
@@ -108,6 +110,7 @@ def test_smoke_run_writes_records_and_leaderboard(tmp_path: Path, capsys: pytest
     assert f"{expected} of {expected} runs already have records" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_leaderboards_show_earlier_runs_of_other_methods(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """Running one method after another into the same folder puts both on the leaderboard, never stale runs."""
     common = ["--problems", "sas", "--profile", "smoke", "--seeds", "1", "--out", str(tmp_path), "--no-progress"]
@@ -201,6 +204,7 @@ def _stop_after_saves(monkeypatch: pytest.MonkeyPatch, saves: int) -> None:
     monkeypatch.setattr(ckpt.CheckpointSlot, "save", save)
 
 
+@pytest.mark.slow
 def test_an_interrupted_vti_run_resumes_from_its_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
@@ -269,6 +273,7 @@ def _settled_records(records: Path, quiet_for: float = 1.0) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
+@pytest.mark.slow
 def test_killed_run_resumes_without_losing_or_duplicating_records(tmp_path: Path, jobs: str) -> None:
     cmd = [
         sys.executable,
@@ -311,6 +316,7 @@ def test_killed_run_resumes_without_losing_or_duplicating_records(tmp_path: Path
     assert all(after[name] == data for name, data in before.items())  # finished records untouched
 
 
+@pytest.mark.slow
 def test_parallel_runs_match_serial_runs(tmp_path: Path) -> None:
     """Worker processes rebuild each run from names and options: same seeds, same numbers as one at a time."""
     common = ["--problems", "sas", "--methods", "rjmcmc-baseline,mf", "--profile", "smoke", "--seeds", "2"]

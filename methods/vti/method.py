@@ -40,6 +40,7 @@ from suite.core.method import Method, Result
 from suite.core.model_space import BinarySpace
 from suite.core.problem import Problem
 from suite.core.registry import register_method
+from suite.core.tensor_ops import unique_rows
 from suite.core.types import Draws, ModelProbs
 
 CONTEXTS = ("auto", "onehot", "problem")
@@ -600,7 +601,7 @@ def _importance_model_probs(
 
 def _listed_model_probs(sampler: ModelSampler, model_index: Tensor) -> ModelProbs:
     """Exact q(m) at the distinct models of ``model_index`` (draws of q)."""
-    distinct = torch.unique(model_index, dim=0)
+    distinct = unique_rows(model_index)
     return ModelProbs(distinct.cpu(), sampler.log_prob(distinct).to("cpu", torch.float64).exp())
 
 

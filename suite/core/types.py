@@ -8,6 +8,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from suite.core.tensor_ops import unique_rows
+
 
 class Draws(NamedTuple):
     """Transdimensional draws on the saturated space.
@@ -43,7 +45,7 @@ class ModelProbs:
             raise ValueError("index ([K] or [K, W]) and prob ([K]) must have the same length")
         if self.se is not None and self.se.shape != self.prob.shape:
             raise ValueError("se must have the shape of prob")
-        if torch.unique(self.index, dim=0).shape[0] != self.index.shape[0]:
+        if unique_rows(self.index).shape[0] != self.index.shape[0]:
             raise ValueError("model indices must be distinct")
 
     @classmethod
@@ -59,7 +61,7 @@ class ModelProbs:
     @classmethod
     def from_indices(cls, model_index: Tensor) -> ModelProbs:
         """Relative frequencies of the models in a sample of indices."""
-        index, counts = torch.unique(model_index.detach().cpu(), dim=0, return_counts=True)
+        index, counts = unique_rows(model_index.detach().cpu(), return_counts=True)
         return cls(index, counts.to(torch.float64) / counts.sum())
 
     def dense(self, num_models: int) -> Tensor:

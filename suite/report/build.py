@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,9 +79,20 @@ def write_report(records: list[dict[str, Any]], out: Path, profile: str | None =
     ``records``: run records, and not-applicable rows (status ``not_applicable``, from ``Skipped.as_record()``).
     :class:`MissingFacts` (a ValueError), before anything is written, for a run record without usable problem facts.
     """
+    return _write_artefacts(records, out, profile)(wide)
+
+
+def write_report_texts(records: list[dict[str, Any]], out: Path, profile: str | None = None) -> tuple[str, str]:
+    """:func:`write_report`, returning both texts (compact, wide) from one writing of the artefacts."""
+    text = _write_artefacts(records, out, profile)
+    return text(False), text(True)
+
+
+def _write_artefacts(records: list[dict[str, Any]], out: Path, profile: str | None) -> Callable[[bool], str]:
+    """Write every artefact of ``records`` into ``out``; return the function that renders the text (``wide`` or not)."""
     out = Path(out)
     if not records:
-        return NOTHING
+        return lambda wide: NOTHING
     check_facts(records, out)
     records = sorted(records, key=_sort_key)  # the same files whatever order the runs finished in
     if profile is None:
@@ -118,7 +130,9 @@ def write_report(records: list[dict[str, Any]], out: Path, profile: str | None =
         write_atomically(out / "reported_comparison.md", lambda path: path.write_text(text))
     _write_optional("suite.results.table", "write_results_table", records, out)
     _write_optional("suite.report.html", "write_index", records, out, profile)
-    return render(records, tables, sweeps, dags, comparison, out, profile, wide, pictures, SWEEP_METRIC, posterior)
+    return lambda wide: render(
+        records, tables, sweeps, dags, comparison, out, profile, wide, pictures, SWEEP_METRIC, posterior
+    )
 
 
 def _write_optional(module: str, function: str, *args: Any) -> None:

@@ -30,6 +30,7 @@ import torch
 from suite.core.method import Result
 from suite.core.model_space import model_keys
 from suite.core.problem import Problem
+from suite.core.tensor_ops import unique_rows
 from suite.core.types import Draws
 
 #: Largest |1 - sum of q(m)| of a normalised estimate.
@@ -143,7 +144,7 @@ def _first_per_model(model_index: torch.Tensor, checked: torch.Tensor, count: in
     order = torch.randperm(n, generator=torch.Generator().manual_seed(0))
     both = torch.cat([checked.to(torch.int64), model_index[order].to(torch.int64)])
     # unique over rows only for multi-word indices: for [B] the plain unique is a hundred times faster.
-    _, inverse = torch.unique(both, dim=0 if both.ndim > 1 else None, return_inverse=True)
+    _, inverse = unique_rows(both, return_inverse=True)
     slot_of = torch.full((int(inverse.max()) + 1,), -1, dtype=torch.long)
     slot_of[inverse[:m]] = torch.arange(m)
     slot = slot_of[inverse[m:]]
@@ -161,7 +162,7 @@ def _checked_models(result: Result) -> tuple[torch.Tensor, torch.Tensor] | None:
         index, prob = result.model_probs.index.detach().cpu(), result.model_probs.prob.detach().to("cpu", torch.float64)
     elif result.draws is not None and len(result.draws) > 0:
         drawn = result.draws.model_index.detach().cpu()
-        index, counts = torch.unique(drawn, dim=0 if drawn.ndim > 1 else None, return_counts=True)
+        index, counts = unique_rows(drawn, return_counts=True)
         prob = counts.to(torch.float64) / counts.sum()
     else:
         return None
@@ -240,7 +241,7 @@ def _models_given_probability(result: Result) -> int:
         return int((result.model_probs.prob.detach() > 0).sum())
     if result.draws is not None and len(result.draws) > 0:
         drawn = result.draws.model_index.detach().cpu()
-        return int(torch.unique(drawn, dim=0 if drawn.ndim > 1 else None).shape[0])
+        return int(unique_rows(drawn).shape[0])
     return 0
 
 

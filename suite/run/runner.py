@@ -18,6 +18,7 @@ from suite.core.method import Method, Result
 from suite.core.model_space import model_keys
 from suite.core.problem import Problem
 from suite.core.registry import code_origin
+from suite.core.tensor_ops import unique_rows
 from suite.core.types import Draws, ModelProbs
 from suite.results import draws_file
 from suite.results import records as rec
@@ -121,7 +122,7 @@ def per_model_cross_entropy(
     assert result.conditional_log_density is not None
     conditional = Result(log_density=result.conditional_log_density)
     neg_log_q = -_log_density_on(conditional, draws, device, dtype)
-    models, group = torch.unique(draws.model_index, dim=0, return_inverse=True)
+    models, group = unique_rows(draws.model_index, return_inverse=True)
     out: dict[Any, tuple[float, float | None, int]] = {}
     for g, key in enumerate(model_keys(models)):  # one pass per model with gold draws, not per draw
         values = neg_log_q[group == g]

@@ -277,6 +277,7 @@ def test_quadrature_converges_on_block_vs_full_model(shipped: BlockVS) -> None:
     assert fine == pytest.approx(coarse, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_stored_smc_reference_agrees_with_quadrature() -> None:
     """The shipped SMC reference against deterministic quadrature (accurate to ~1e-9): within 4 reported SEs."""
     problem = BlockVS()

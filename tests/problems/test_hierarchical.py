@@ -13,6 +13,7 @@ from suite.core.registry import make_problem
 ZERO = torch.zeros(1, dtype=torch.int64)
 
 
+@pytest.mark.slow
 def test_eight_schools_evidence_matches_two_dimensional_quadrature() -> None:
     """log Z by Sherman-Morrison on a 1-D grid equals a scipy 2-D integral over (mu, log tau) of the theta-marginal."""
     problem = make_problem("eight-schools")

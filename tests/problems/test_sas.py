@@ -31,6 +31,7 @@ def test_model_1_density_integrates_to_one(sas: SinhArcsinh) -> None:
     assert total == pytest.approx(1.0, abs=1e-8)
 
 
+@pytest.mark.slow
 def test_model_2_density_integrates_to_one(sas: SinhArcsinh) -> None:
     # Mass lies in u_1 in [-1.3, 4.3], u_2 in [-3.2, 0.6]; the ridge is about 0.09 wide in u_2,
     # so a 0.004 grid resolves it and the trapezoid error is negligible.

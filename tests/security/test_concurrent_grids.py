@@ -42,6 +42,7 @@ def _table_rows(out: Path) -> int:
     return len(table.drop_duplicates(["problem", "method", "seed"]))
 
 
+@pytest.mark.slow
 def test_the_grid_finishing_last_reports_the_runs_another_process_recorded_meanwhile(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
@@ -78,6 +79,7 @@ def test_the_grid_finishing_last_reports_the_runs_another_process_recorded_meanw
     assert (out / "index.html").is_file()
 
 
+@pytest.mark.slow
 def test_a_grid_of_fewer_seeds_finishing_last_keeps_the_other_grids_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
@@ -91,6 +93,7 @@ def test_a_grid_of_fewer_seeds_finishing_last_keeps_the_other_grids_runs(
     assert _table_rows(out) == 3
 
 
+@pytest.mark.slow
 def test_runs_another_process_still_holds_are_named_with_the_command_that_completes_the_report(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

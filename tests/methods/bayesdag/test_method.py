@@ -72,6 +72,7 @@ def test_bad_options_name_the_valid_choices(d4: LinearDAG, bad: dict, message: s
         BayesDAG(**bad).resolve(d4, "smoke")
 
 
+@pytest.mark.slow
 def test_edge_marginals_move_toward_the_exact_posterior(d4: LinearDAG, short_run) -> None:
     """Mean |q(i -> j) - p(i -> j | D)| over edges, against what a sampler ignoring the data would score.
 
@@ -87,6 +88,7 @@ def test_edge_marginals_move_toward_the_exact_posterior(d4: LinearDAG, short_run
     assert error < 0.8 * baseline
 
 
+@pytest.mark.slow
 def test_the_authors_code_variant_runs_and_fits_the_noise_by_adam(d4: LinearDAG) -> None:
     """Separate p / phi / Theta steps, Adam-fitted noise, o = 10 [1..d], p's gradient through W: DAGs, fitted noise.
 
@@ -119,6 +121,7 @@ def test_the_authors_preset_is_what_their_code_runs() -> None:
     assert elsewhere.num_chains == 10 and elsewhere.keep == "last"  # the profile's length, the authors' options
 
 
+@pytest.mark.slow
 def test_the_authors_preset_runs_extra_sampler_steps_and_keeps_the_last_ones() -> None:
     """9 epochs of 4 batches: bursts of 15 step pairs after epochs 0, 4 and 8, then 5 final pairs whose graphs
     (5 x 20 chains = the authors' 100) are all that is kept."""
@@ -160,6 +163,7 @@ def test_gradient_of_p_through_w_changes_the_run(d4: LinearDAG) -> None:
     assert not torch.equal(default.draws.theta, variant.draws.theta)
 
 
+@pytest.mark.slow
 def test_draws_are_kept_graphs_with_their_linear_parameters(d4: LinearDAG, short_run) -> None:
     draws, diagnostics = short_run.draws, short_run.diagnostics
     assert short_run.log_density is None and len(draws) == 1000
@@ -171,6 +175,7 @@ def test_draws_are_kept_graphs_with_their_linear_parameters(d4: LinearDAG, short
     assert torch.isfinite(d4.log_joint(draws.model_index, draws.theta)).all()
 
 
+@pytest.mark.slow
 def test_a_budgeted_run_stops_and_its_counts_replay_it(d4: LinearDAG) -> None:
     method = make_method("bayesdag")
     timed = RunContext(seed=3, profile="quick", time_budget_s=1.5, num_draws=300)

@@ -195,6 +195,7 @@ def budgeted(problem: LinearDAG) -> tuple[dict, RunContext]:
     return execute(problem, method, context), context
 
 
+@pytest.mark.slow
 def test_time_budget_is_shared_by_the_lambdas(budgeted: tuple) -> None:
     record, _ = budgeted
     assert record["status"] == "ok", record["reason"]
@@ -211,6 +212,7 @@ def test_time_budget_is_shared_by_the_lambdas(budgeted: tuple) -> None:
     assert trace["metrics"]["edge_f1"][-1] == record["metrics"]["edge_f1"]["value"]
 
 
+@pytest.mark.slow
 def test_budgeted_run_replays_bitwise_from_its_counts(problem: LinearDAG, budgeted: tuple) -> None:
     record, timed = budgeted
     context = smoke_context(time_budget_s=3.0, replay=record["counts"])

@@ -44,6 +44,7 @@ def test_library_bge_matches_the_problem(problem) -> None:
     assert float(difference.max() - difference.min()) < 1e-2
 
 
+@pytest.mark.slow
 def test_a_short_run_returns_q_over_acyclic_particles_and_counts_the_cyclic_ones(problem) -> None:
     context = RunContext(seed=0, profile="smoke")
     result = resolve_and_run(make_method("dibs", num_steps=100, chunk_steps=50, alpha_linear=0.02), problem, context)
@@ -77,6 +78,7 @@ def test_mixture_weights_are_the_exact_posterior_renormalised_over_the_particles
     assert torch.allclose(q.prob.log(), torch.log_softmax(exact_log, 0), atol=1e-3)
 
 
+@pytest.mark.slow
 def test_a_time_budget_ends_the_run_at_a_chunk(problem) -> None:
     context = RunContext(seed=0, profile="quick", time_budget_s=3.0)
     result = resolve_and_run(make_method("dibs", chunk_steps=20, num_particles=4), problem, context)

@@ -70,6 +70,7 @@ def test_snapshots_across_learning_rates_keep_counting() -> None:
     ("name", "options"),
     [("mif", {}), ("fr", {"learning_rates": (1e-1, 1e-2)}), ("mf", {"schedule": "constant", "evidence": "elbo"})],
 )
+@pytest.mark.slow
 def test_time_budget_is_honoured_and_its_counts_replay_bitwise(name: str, options: dict) -> None:
     budget = 3.0
     problem = make_problem("sas")

@@ -18,6 +18,7 @@ def total_variation(result, problem) -> float:
 
 
 @pytest.mark.parametrize("name", ["linear-dag-d4", "linear-dag", "linear-dag-bge-er"])
+@pytest.mark.slow
 def test_smoke_run_reaches_the_exact_posterior(name):
     """The smoke preset (16 chains x 450 kept iterations) already lands within TV 0.1 of the exact q(G).
 

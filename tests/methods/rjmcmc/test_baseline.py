@@ -18,6 +18,7 @@ from suite.scoring.trace import score_trace
 SPARSE = {"num_chains": 64, "burn_in": 40, "num_iterations": 60, "thin": 3}
 
 
+@pytest.mark.slow
 def test_baseline_recovers_sas_model_probabilities() -> None:
     # Issue acceptance check: P(k=2) = 0.75 within 0.01 with the quick profile and a fixed seed.
     result = resolve_and_run(make_method("rjmcmc-baseline"), make_problem("sas"), RunContext(seed=0, profile="quick"))
@@ -28,6 +29,7 @@ def test_baseline_recovers_sas_model_probabilities() -> None:
     assert result.diagnostics["accept_between"] > 0.02
 
 
+@pytest.mark.slow
 def test_baseline_recovers_gaussian_models(gaussian_models) -> None:
     method = make_method("rjmcmc-baseline", num_chains=1024, burn_in=500, num_iterations=2000, thin=10)
     result = resolve_and_run(method, gaussian_models, RunContext(seed=1, profile="quick"))
@@ -111,6 +113,7 @@ def test_running_frequencies_at_the_end_equal_the_reported_probabilities(name: s
 
 
 # -------------------------------------------------------------------------------------------- time budgets
+@pytest.mark.slow
 def test_budgeted_run_stops_near_its_budget_and_replays_bitwise() -> None:
     problem, method = make_problem("sas"), make_method("rjmcmc-baseline")
     timed = RunContext(seed=3, profile="smoke", time_budget_s=2.0)
@@ -134,6 +137,7 @@ def test_budgeted_run_stops_near_its_budget_and_replays_bitwise() -> None:
     assert [s.iteration for s in replayed.snapshots] == [s.iteration for s in timed.snapshots]
 
 
+@pytest.mark.slow
 def test_budgeted_run_on_a_space_too_large_to_count_densely() -> None:
     """robust-vs-p24: the running estimate is the kept models so far, and the last one is the result."""
     context = RunContext(seed=0, profile="smoke", time_budget_s=1.5)
@@ -158,6 +162,7 @@ def test_replayed_counts_must_say_where_burn_in_and_sampling_end() -> None:
         )
 
 
+@pytest.mark.slow
 def test_tv_trace_falls_on_sas() -> None:
     """The first point (1% of 3 s) comes a few dozen iterations of 1026 chains into burn-in, at most, on a CPU:
     the chains' current models are still far from pi (TV 0.05-0.7, and 0.75 x 1026 models is no whole number, so

@@ -7,6 +7,7 @@ auxiliary density) shifts the model frequencies or the parameter moments.
 
 import math
 
+import pytest
 import torch
 
 from methods.rjmcmc.kernels import ChainState, between_model_move, random_walk_move
@@ -80,6 +81,7 @@ def test_random_walk_preserves_sas() -> None:
     check_invariance(problem, state, start(problem, N, seed=1))
 
 
+@pytest.mark.slow
 def test_dag_jumps_preserve_linear_dag() -> None:
     # Non-symmetric jumps (edge toggles weighted by neighbour counts) and 20-dimensional saturation.
     from problems.linear_dag.problem import LinearDAG

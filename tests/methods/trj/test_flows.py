@@ -73,6 +73,7 @@ def test_untrained_transport_is_the_standardisation(sas, sas_draws) -> None:
     assert all(r.kind == "flow" and r.iterations == 0 for r in transport.records)
 
 
+@pytest.mark.slow
 def test_round_trip_and_inactive_coordinates(sas, fitted) -> None:
     m, theta = _mixed_batch(sas, 500, 3)
     inactive = ~sas.mask(m)
@@ -85,6 +86,7 @@ def test_round_trip_and_inactive_coordinates(sas, fitted) -> None:
     assert bool((back[inactive] == 7.5).all())
 
 
+@pytest.mark.slow
 def test_log_determinant_matches_autograd(sas, sas_draws, fitted) -> None:
     for model, dim in ((0, 1), (1, 2)):
         m = torch.tensor([model])
@@ -98,6 +100,7 @@ def test_log_determinant_matches_autograd(sas, sas_draws, fitted) -> None:
         torch.testing.assert_close(fitted.from_reference(m, z)[1][0], expected_inv, rtol=0, atol=1e-10)
 
 
+@pytest.mark.slow
 def test_fitted_transport_whitens_fresh_draws(sas, fitted) -> None:
     """Per model, z of fresh draws has mean ~0 and covariance ~I."""
     draws = sas.reference_draws(20_000, torch.Generator().manual_seed(4))
@@ -113,6 +116,7 @@ def test_fitted_transport_whitens_fresh_draws(sas, fitted) -> None:
         assert bool((error < 5 * scale * products.std(0)).all()), error
 
 
+@pytest.mark.slow
 def test_fitted_density_is_close_to_the_exact_one(sas, fitted) -> None:
     """E_p[log p_m - log q_m] = KL(p_m || q_m) >= 0, and small after fitting (far below the affine flow's)."""
     draws = sas.reference_draws(20_000, torch.Generator().manual_seed(5))
@@ -130,11 +134,13 @@ def test_fitted_density_is_close_to_the_exact_one(sas, fitted) -> None:
         assert gap.mean() < 0.25 * (log_p[rows] - log_q_affine[rows]).mean()
 
 
+@pytest.mark.slow
 def test_log_prob_helper_agrees(sas, fitted) -> None:
     m, theta = _mixed_batch(sas, 200, 6)
     torch.testing.assert_close(fitted.log_prob(m, theta), transport_log_prob(fitted, sas, m, theta))
 
 
+@pytest.mark.slow
 def test_float32_inputs_get_float32_outputs(sas, fitted) -> None:
     m, theta = _mixed_batch(sas, 100, 7)
     z32, log_det32 = fitted.to_reference(m, theta.float())

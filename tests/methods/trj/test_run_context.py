@@ -37,6 +37,7 @@ def test_snapshots_are_the_running_estimate_and_end_at_the_result(name: str, opt
 
 
 @pytest.mark.parametrize(("name", "budget"), [("trj", 3.0), ("ctrj", 4.0)])
+@pytest.mark.slow
 def test_a_budgeted_run_stops_at_its_budget_and_its_replay_is_bitwise_equal(name: str, budget: float) -> None:
     problem = make_problem("sas")
     method = make_method(name).resolve(problem, "smoke")

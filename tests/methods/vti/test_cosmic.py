@@ -98,6 +98,7 @@ def test_density_factorises_over_active_and_inactive_blocks(name: str) -> None:
 
 @pytest.mark.parametrize("name", FLOWS)
 @pytest.mark.parametrize("active", [[True, False], [False, True], [True, True]])
+@pytest.mark.slow
 def test_active_block_density_integrates_to_one(name: str, active: list[bool]) -> None:
     """Trapezoid quadrature of q(theta_m | m) over a wide grid, for several contexts (models).
 

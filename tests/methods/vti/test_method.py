@@ -24,6 +24,7 @@ def _run(method, problem, seed: int = 0, profile: str = "smoke", **context) -> R
 
 
 @pytest.mark.parametrize("name", METHODS)
+@pytest.mark.slow
 def test_recovers_gaussian_model_probabilities_and_densities(name: str, gaussian_models) -> None:
     """Affine flows contain every Gaussian, so the ELBO of each model reaches log Z_m and q(m) the weights."""
     method = make_method(name, flow="affine(2,2)", num_iterations=600, warmup_iterations=150)
@@ -248,6 +249,7 @@ def test_surrogate_gmm_reference_preset() -> None:
         make_method("vti-surrogate", preset="gmm").resolve(problem, "quick")
 
 
+@pytest.mark.slow
 def test_mcg_with_made_runs_on_a_binary_space() -> None:
     result = _run(make_method("vti-mcg", model_distribution="made"), make_problem("robust-vs"), num_draws=500)
     assert result.status == "ok", result.reason
@@ -255,6 +257,7 @@ def test_mcg_with_made_runs_on_a_binary_space() -> None:
     assert abs(result.model_probs.total() - 1.0) < 1e-9
 
 
+@pytest.mark.slow
 def test_made_beyond_enumeration_reports_exact_q_at_the_models_it_draws() -> None:
     """Above 2^20 models q(m) is listed for the distinct drawn models, with the MADE's exact probabilities."""
     problem = make_problem("robust-vs-p24")

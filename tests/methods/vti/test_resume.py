@@ -105,6 +105,7 @@ def test_an_interrupted_training_resumes_to_the_uninterrupted_result(
 # every iteration, replicate 0 makes 39 in-loop saves (none after its last iteration) and one at its end, so save 45
 # is 5 iterations into replicate 1.
 @pytest.mark.parametrize(("every_s", "saves", "iteration"), [(3600.0, 1, 0), (1e-9, OPTIONS["num_iterations"] + 5, 5)])
+@pytest.mark.slow
 def test_replicates_resume_with_the_finished_ones_kept(
     every_s: float, saves: int, iteration: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -124,6 +125,7 @@ def test_replicates_resume_with_the_finished_ones_kept(
     assert context.snapshots[-1].iteration == 3 * OPTIONS["num_iterations"]
 
 
+@pytest.mark.slow
 def test_a_budgeted_run_resumes_its_trace_and_clock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Killed part way through a timed run: the resumed attempt keeps the calibrated horizon, the trace and seconds."""
     slot = ckpt.CheckpointSlot(tmp_path / "run.pt", every_s=1e-9)
@@ -143,6 +145,7 @@ def test_a_budgeted_run_resumes_its_trace_and_clock(tmp_path: Path, monkeypatch:
     assert context.snapshots[-1].iteration == resumed.diagnostics["iterations"] == context.counts["stop"]
 
 
+@pytest.mark.slow
 def test_a_checkpoint_of_another_configuration_is_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     slot = ckpt.CheckpointSlot(tmp_path / "run.pt", every_s=1e-9)
     _interrupt_after(monkeypatch, 10)

@@ -58,6 +58,7 @@ def test_snapshots_above_the_enumeration_limit_list_the_batch_models(monkeypatch
 
 
 @pytest.mark.parametrize("name", METHODS)
+@pytest.mark.slow
 def test_a_time_budget_stops_the_run_and_its_counts_replay_it_bitwise(name: str) -> None:
     """Generous bounds only: the exact stopping accuracy belongs in a benchmark, not a timed unit test."""
     problem = make_problem("sas")

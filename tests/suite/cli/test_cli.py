@@ -160,6 +160,7 @@ def test_the_usage_line_names_the_command_typed(
     assert "describe" in capsys.readouterr().out and not list(tmp_path.glob("records/*"))
 
 
+@pytest.mark.slow
 def test_run_all_py_and_the_tdbench_script_name_themselves() -> None:
     proc = subprocess.run([sys.executable, "run_all.py", "--help"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.startswith("usage: run_all.py ") and "--report-only" in proc.stdout
@@ -190,6 +191,7 @@ def test_run_all_takes_exactly_the_arguments_of_tdbench_run(tmp_path: Path) -> N
     assert [run.key.filename for run in plans[0]] == [run.key.filename for run in plans[1]] != []
 
 
+@pytest.mark.slow
 def test_a_run_sums_up_what_does_not_apply_and_ends_with_the_report_path(smoke: tuple[Path, str]) -> None:
     out, printed = smoke
     lines = printed.splitlines()
@@ -218,6 +220,7 @@ def _copy_results(out: Path, tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
 
 
 @pytest.mark.parametrize("form", ["tdbench report", "run_all.py --report-only"])
+@pytest.mark.slow
 def test_report_rewrites_the_run_time_files_from_records(
     form: str, smoke: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
@@ -248,6 +251,7 @@ def test_report_refuses_a_folder_it_cannot_report(tmp_path: Path, capsys: pytest
     assert "holds records of the profiles quick, smoke" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_report_names_a_corrupt_not_applicable_file(
     smoke: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
@@ -276,6 +280,7 @@ BLOCKER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_report_runs_where_problems_and_methods_cannot_be_imported(smoke: tuple[Path, str], tmp_path: Path) -> None:
     copy, written = _copy_results(smoke[0], tmp_path)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}

@@ -20,6 +20,24 @@ PROBLEMS = list(available_problems())
 METHODS = list(available_methods())
 #: Problems every method is run on here: those of the smoke profile (the large sweep instances are left out).
 SMOKE_PROBLEMS = mc.smoke_problems()
+#: The inner loop (``pytest -m "not slow"``) runs every method on these small problems; the larger ones, and the
+#: methods that take seconds on any problem, are marked slow (docs/testing.md).
+INNER_LOOP_PROBLEMS = ("sas", "eight-schools", "funnel", "seeds", "linear-dag-d4", "block-vs", "robust-vs")
+SLOW_METHODS = ("dibs", "dagma")
+
+
+def _method_params(methods: list[str]) -> list:
+    return [pytest.param(m, marks=pytest.mark.slow) if m in SLOW_METHODS else m for m in methods]
+
+
+def _pair_params(methods: list[str], problems: list[str]) -> list:
+    """(method, problem) pairs, slow where the problem is outside the inner loop's or the method is slow."""
+    slow = (pytest.mark.slow,)
+    return [
+        pytest.param(m, p, id=f"{p}-{m}", marks=slow if p not in INNER_LOOP_PROBLEMS or m in SLOW_METHODS else ())
+        for p in problems
+        for m in methods
+    ]
 
 
 def _problem(name: str) -> Problem:
@@ -52,7 +70,9 @@ def test_problem_batch_rows_are_independent(name: str) -> None:
     _check(pc.batch_rows_are_independent, _problem(name))
 
 
-@pytest.mark.parametrize("name", PROBLEMS)
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n.endswith("-p20") else n for n in PROBLEMS]
+)
 def test_problem_float32_agrees_with_float64(name: str) -> None:
     _check(pc.float32_agrees_with_float64, _problem(name))
 
@@ -82,8 +102,7 @@ def test_per_model_methods_are_not_applicable_to_spaces_too_large_to_enumerate()
     assert make_method("vti-mcg").supports(problem) is None
 
 
-@pytest.mark.parametrize("method_name", METHODS)
-@pytest.mark.parametrize("name", SMOKE_PROBLEMS)
+@pytest.mark.parametrize(("method_name", "name"), _pair_params(METHODS, SMOKE_PROBLEMS))
 def test_method_returns_a_valid_result(method_name: str, name: str) -> None:
     problem, method = _problem(name), make_method(method_name)
     if method.supports(problem):
@@ -92,29 +111,38 @@ def test_method_returns_a_valid_result(method_name: str, name: str) -> None:
 
 
 def _first_supported_problem(method_name: str) -> Problem:
-    """``sas`` when the method runs on it, else the first small problem it supports (e.g. a DAG for dagma)."""
-    problem = mc.first_supported_problem(make_method(method_name))
+    """``sas`` when the method runs on it, else the first small problem it supports (e.g. a DAG for dagma).
+
+    A method whose optional extra is not installed (dibs, bges) supports nothing: its tests skip, naming the extra.
+    """
+    method = make_method(method_name)
+    problem = mc.first_supported_problem(method)
+    if problem is None:
+        reasons = [method.supports(make_problem(name)) or "" for name in mc.PREFERRED_PROBLEMS]
+        missing = next((reason for reason in reasons if "is not installed" in reason), None)
+        if missing:
+            pytest.skip(f"{method_name}: {missing}")
     assert problem is not None, f"{method_name} supports none of {mc.PREFERRED_PROBLEMS}"
     return problem
 
 
-@pytest.mark.parametrize("method_name", METHODS)
+@pytest.mark.parametrize("method_name", _method_params(METHODS))
 def test_method_is_reproducible_by_seed(method_name: str) -> None:
     _check(mc.reproducible_by_seed, make_method(method_name), _first_supported_problem(method_name))
 
 
-@pytest.mark.parametrize("method_name", METHODS)
+@pytest.mark.parametrize("method_name", _method_params(METHODS))
 def test_method_runs_through_the_harness(method_name: str) -> None:
     _check(mc.runs_through_the_harness, make_method(method_name), _first_supported_problem(method_name))
 
 
-@pytest.mark.parametrize("method_name", METHODS)
+@pytest.mark.parametrize("method_name", _method_params(METHODS))
 def test_method_traces_its_running_estimate(method_name: str) -> None:
     """At least 5 snapshots at increasing times and iterations, the last one equal to the result (issue 19)."""
     _check(mc.traces_its_running_estimate, make_method(method_name), _first_supported_problem(method_name))
 
 
-@pytest.mark.parametrize("method_name", METHODS)
+@pytest.mark.parametrize("method_name", _method_params(METHODS))
 def test_method_leaves_its_problem_unchanged(method_name: str) -> None:
     """No public attribute of the problem instance is reassigned, added or removed by a run (issue 35)."""
     _check(mc.leaves_its_problem_unchanged, make_method(method_name), _first_supported_problem(method_name))

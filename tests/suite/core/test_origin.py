@@ -31,6 +31,7 @@ def _package(folder: Path, name: str) -> Path:
     return init
 
 
+@pytest.mark.slow
 def test_a_foreign_methods_package_first_on_the_path_is_refused_by_name(tmp_path: Path) -> None:
     init = _package(tmp_path / "elsewhere", "methods")
     done = _python("from suite.core.registry import load_all; load_all()", [tmp_path / "elsewhere", ROOT], tmp_path)
@@ -41,6 +42,7 @@ def test_a_foreign_methods_package_first_on_the_path_is_refused_by_name(tmp_path
     assert f"not {ROOT / 'methods'}" in last
 
 
+@pytest.mark.slow
 def test_a_foreign_methods_package_in_the_current_folder_is_refused(tmp_path: Path) -> None:
     """``python -c`` and notebooks put the current folder first: a project's own ``methods/`` folder there."""
     _package(tmp_path, "methods")

@@ -4,7 +4,8 @@ import pytest
 import torch
 from scipy import stats
 
-from suite.core.tensor_ops import row_sum, rows, standard_normal, uniform_to_normal_
+from suite.core.tensor_ops import row_sum, rows, standard_normal, uniform_to_normal_, unique_rows
+from suite.core.types import ModelProbs
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -29,3 +30,22 @@ def test_row_helpers_match_torch() -> None:
     assert torch.equal(row_sum(x), x.sum(-1))
     index = torch.tensor([3, 0, 3])
     assert torch.equal(rows(x, index), x[index])
+
+
+@pytest.mark.parametrize("width", [None, 2])
+def test_unique_rows_matches_torch_unique_over_rows(width: int | None) -> None:
+    """Sorted distinct rows, inverse and counts as ``torch.unique(dim=0)``, for [K] and [K, W] indices."""
+    gen = torch.Generator().manual_seed(0)
+    shape = (500,) if width is None else (500, width)
+    x = torch.randint(0, 20, shape, generator=gen)
+    fast = unique_rows(x, return_inverse=True, return_counts=True)
+    slow = torch.unique(x, dim=0, return_inverse=True, return_counts=True)
+    assert all(torch.equal(a, b) for a, b in zip(fast, slow, strict=True))
+
+
+def test_model_probs_refuses_repeated_indices_of_either_shape() -> None:
+    with pytest.raises(ValueError, match="distinct"):
+        ModelProbs(torch.tensor([0, 3, 0]), torch.full((3,), 1 / 3, dtype=torch.float64))
+    with pytest.raises(ValueError, match="distinct"):
+        ModelProbs(torch.tensor([[0, 1], [0, 1]]), torch.full((2,), 0.5, dtype=torch.float64))
+    assert ModelProbs(torch.tensor([[0, 1], [1, 0]]), torch.full((2,), 0.5, dtype=torch.float64)).total() == 1.0

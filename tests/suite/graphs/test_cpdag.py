@@ -104,6 +104,7 @@ def test_invalid_weights():
 @pytest.mark.parametrize(
     ("num_nodes", "num_dags", "num_classes"), [(3, 25, 11), (4, 543, 185), (5, 29281, 8782)]
 )  # OEIS A003024 (DAGs) and A007984 (Markov equivalence classes)
+@pytest.mark.slow
 def test_markov_equivalence_classes(num_nodes, num_dags, num_classes):
     dags = codes_to_adjacency(enumerate_dags(num_nodes), num_nodes).to(torch.int64)
     assert len(dags) == num_dags

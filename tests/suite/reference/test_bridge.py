@@ -111,6 +111,7 @@ def dag_target(dag: LinearDAG) -> tuple[JaxTarget, object]:
 
 
 @pytest.mark.parametrize("model", [11, 24])
+@pytest.mark.slow
 def test_bridge_agrees_with_exact_linear_dag_evidence(dag: LinearDAG, dag_target: tuple, model: int) -> None:
     """Exact posterior draws of one model, its saturated JAX log joint restricted to the active coordinates."""
     target, batched = dag_target

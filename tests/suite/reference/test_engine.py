@@ -1,6 +1,7 @@
 """The whole engine on problems with exact answers."""
 
 import numpy as np
+import pytest
 import torch
 
 from suite.core.registry import make_problem
@@ -19,6 +20,7 @@ def test_model_prob_se_matches_simulation() -> None:
     np.testing.assert_allclose(model_prob_se(prob, se), sims.std(0), rtol=0.02)
 
 
+@pytest.mark.slow
 def test_engine_recovers_sas_model_probabilities() -> None:
     """sas has no prior: NUTS, Student-t starts, SMC; p = (1/4, 3/4) within 4 reported SEs (+0.01)."""
     problem = make_problem("sas")

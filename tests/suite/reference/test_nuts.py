@@ -1,6 +1,7 @@
 """NUTS draws against exact conjugate posteriors."""
 
 import numpy as np
+import pytest
 import torch
 
 from problems.linear_dag.problem import LinearDAG
@@ -8,6 +9,7 @@ from suite.reference.jax_target import JaxTarget
 from suite.reference.nuts import NUTSSampler, NUTSSettings
 
 
+@pytest.mark.slow
 def test_nuts_matches_exact_posterior_moments() -> None:
     dag = LinearDAG(num_nodes=3, num_samples=50, data_seed=3)
     model = int(dag.reference_model_probs().top(1).index[0])

@@ -23,6 +23,7 @@ def test_app_e1_sizes_by_dimension() -> None:
 
 
 @pytest.mark.parametrize("name", ["sas", "robust-vs"])
+@pytest.mark.slow
 def test_visit_frequencies_agree_with_known_model_probabilities(name: str, tmp_path) -> None:
     """Each model's frequency lies within 5 combined standard errors (+ 0.003 for the SEs' own noise) of the truth.
 

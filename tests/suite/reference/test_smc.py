@@ -22,6 +22,7 @@ def test_combine_runs_pools_on_the_natural_scale() -> None:
     np.testing.assert_allclose(se, [0.5, 0.0])
 
 
+@pytest.mark.slow
 def test_smc_evidence_agrees_with_exact_evidence(dag: LinearDAG) -> None:
     """Several models, tempering from the prior: |error| within 4 reported standard errors (+ 0.02 for the SE's
     own uncertainty with 6 runs)."""
@@ -34,6 +35,7 @@ def test_smc_evidence_agrees_with_exact_evidence(dag: LinearDAG) -> None:
     assert np.all(se < 0.1)
 
 
+@pytest.mark.slow
 def test_student_t_start_gives_the_same_evidence(dag: LinearDAG) -> None:
     """Tempering from a t fitted to exact posterior draws (the path for problems without a prior)."""
     model = int(dag.reference_model_probs().top(1).index[0])
@@ -48,6 +50,7 @@ def test_student_t_start_gives_the_same_evidence(dag: LinearDAG) -> None:
     assert abs(log_z[0] - exact) <= 4 * se[0] + 0.02
 
 
+@pytest.mark.slow
 def test_student_t_density_is_normalised() -> None:
     """Importance check: the mean of t-density / N(0, 4I)-density ratio over N(0, 4I) draws is 1."""
     from suite.core.backend import jax_backend

@@ -24,9 +24,6 @@ REPO = Path(__file__).resolve().parents[3]
 QUICK = quick_records_dir()
 #: Bars (sas), a scatter and a sweep (robust-vs), DAG metrics (linear-dag-d4), the papers' numbers (funnel).
 PROBLEMS = ("funnel", "linear-dag-d4", "robust-vs", "sas")
-#: A results folder holding an ``index.html``: its page is checked in Chromium and its screenshot written to
-#: docs/report.png (``TDBENCH_WRITE_SCREENSHOT=results/quick python -m pytest -k screenshot ...``).
-SCREENSHOT_OF = os.environ.get("TDBENCH_WRITE_SCREENSHOT")
 FAILURE = '<script>alert("boom")</script> & RuntimeError'
 NOT_APPLICABLE_ROW = {
     "problem": "sas",
@@ -92,6 +89,7 @@ def cell(page: Page, problem: str, method: str) -> tuple[str, dict[str, str], st
     return found
 
 
+@pytest.mark.slow
 def test_overview_sections_and_pictures(folder: tuple[Path, list[dict]]) -> None:
     out, records = folder
     problems = sorted({rec["problem"] for rec in records})
@@ -112,6 +110,7 @@ def test_overview_sections_and_pictures(folder: tuple[Path, list[dict]]) -> None
     assert page.find("script") and not any(e[1].get("src") for e in page.find("script"))  # inline only
 
 
+@pytest.mark.slow
 def test_cells_best_failed_not_applicable_and_escaping(folder: tuple[Path, list[dict]]) -> None:
     out, records = folder
     text = (out / "index.html").read_text()
@@ -135,6 +134,7 @@ def test_cells_best_failed_not_applicable_and_escaping(folder: tuple[Path, list[
     assert commits and all(commit in text for commit in commits)
 
 
+@pytest.mark.slow
 def test_missing_picture_is_not_linked_and_page_is_stable(folder: tuple[Path, list[dict]], tmp_path: Path) -> None:
     out, records = folder
     for path in out.glob("*.png"):
@@ -169,6 +169,7 @@ print(write_index(load_records(out), out, "quick"))
 """
 
 
+@pytest.mark.slow
 def test_page_is_written_without_problem_or_method_code(folder: tuple[Path, list[dict]], tmp_path: Path) -> None:
     out, _ = folder
     shutil.copytree(out / "records", tmp_path / "records")
@@ -238,6 +239,7 @@ def screenshot(out: Path, png: Path) -> None:
     assert int.from_bytes(data[16:20], "big") == 1400  # IHDR width: the window asked for
 
 
+@pytest.mark.slow
 def test_page_renders_in_chromium(folder: tuple[Path, list[dict]], tmp_path: Path) -> None:
     out, _ = folder
     check_rendered(out)
@@ -248,10 +250,12 @@ def test_page_renders_in_chromium(folder: tuple[Path, list[dict]], tmp_path: Pat
     screenshot(out, tmp_path / "report.png")
 
 
-@pytest.mark.skipif(
-    not SCREENSHOT_OF, reason="writes docs/report.png only when TDBENCH_WRITE_SCREENSHOT names a folder"
-)
-def test_screenshot_for_the_docs() -> None:
-    out = Path(str(SCREENSHOT_OF))
+def test_screenshot_for_the_docs(request: pytest.FixtureRequest) -> None:
+    """docs/report.png from a results folder: ``python -m pytest -n 0 --write-screenshot results/quick -k
+    screenshot tests/suite/report/test_html.py``."""
+    folder = request.config.getoption("--write-screenshot")
+    if not folder:
+        pytest.skip("writes docs/report.png only when --write-screenshot names a results folder")
+    out = Path(folder)
     check_rendered(out)
     screenshot(out, REPO / "docs" / "report.png")

@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from suite.report.posterior_tables import (
     PAPER_NOTE,
@@ -126,6 +127,7 @@ def test_plot_is_written(tmp_path: Path) -> None:
     assert path is not None and path.is_file() and path.stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_report_writes_prints_and_embeds_the_study(tmp_path: Path) -> None:
     from suite.report.build import POSTERIOR_CSV, POSTERIOR_PNG, write_report
     from suite.report.terminal import WIDTH

@@ -138,6 +138,7 @@ def test_written_temporaries_carry_this_process_id(tmp_path: Path, monkeypatch: 
     assert rec.temporary_writer(Path(seen[0])) == os.getpid() and not Path(seen[0]).exists()
 
 
+@pytest.mark.slow
 def test_a_corrupt_record_is_redone_and_never_stops_a_later_run(
     tmp_path: Path, capsys: pytest.CaptureFixture, recwarn: pytest.WarningsRecorder
 ) -> None:

@@ -70,6 +70,7 @@ def test_a_claim_is_acquired_and_released_in_one_process(tmp_path: Path) -> None
     claim.release()  # releasing an unheld claim does nothing
 
 
+@pytest.mark.slow
 def test_a_claim_held_by_another_process_is_refused_until_that_process_dies(tmp_path: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     holder = subprocess.Popen(

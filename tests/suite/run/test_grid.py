@@ -100,6 +100,7 @@ def test_the_shards_dry_runs_split_the_grid(tmp_path: Path, capsys: pytest.Captu
     assert shards == [whole[0::3], whole[1::3], whole[2::3]]  # every task computes the same slices
 
 
+@pytest.mark.slow
 def test_dry_run_lists_exactly_the_runs_a_real_run_records(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "out"
     planned = _dry_run(out, capsys)

@@ -99,6 +99,7 @@ def test_killing_run_all_ends_its_workers(tmp_path: Path, kill_at: str) -> None:
         _kill_survivors(_marked(marker))
 
 
+@pytest.mark.slow
 def test_a_worker_without_its_parent_ends_itself() -> None:
     """The check every worker runs before a run and before writing its record: a changed parent ends the process."""
     assert par.parent_alive(os.getppid())

@@ -85,6 +85,7 @@ def test_a_paired_difference_inside_two_standard_errors_is_marked_as_noise() -> 
         assert "paired difference -0.010" in verdicts[key][1]
 
 
+@pytest.mark.slow
 def test_a_tiny_study_writes_the_table_with_yardsticks_the_diagnostic_and_the_verdicts(tmp_path: Path) -> None:
     study = dataclasses.replace(
         STUDIES["bayesdag-fig2"],

@@ -35,6 +35,7 @@ def sas_study(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict
     return out, rows
 
 
+@pytest.mark.slow
 def test_csv_has_one_row_per_proposal_replicate_and_model(sas_study) -> None:
     _, rows = sas_study
     assert len(rows) == 2 * REPLICATES * 2

@@ -50,6 +50,7 @@ def test_a_variant_grid_names_the_variant_folder_and_options(tmp_path: Path) -> 
     assert spec.seeds == 1 and spec.no_time_budget and spec.profile == "quick"  # the caller's seeds win
 
 
+@pytest.mark.slow
 def test_a_small_study_runs_end_to_end_and_writes_its_table(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert run_study(TINY, tmp_path) == 0
     table = pd.read_csv(tmp_path / "tiny.csv")

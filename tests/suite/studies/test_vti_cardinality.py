@@ -3,6 +3,8 @@
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 from suite.core.registry import make_problem
 from suite.results.records import load_records
 from suite.studies import STUDIES
@@ -41,6 +43,7 @@ def test_the_study_runs_the_made_sampler_at_two_caps_and_rjmcmc_on_four_cardinal
     assert problem.reference_model_probs() is not None  # exact
 
 
+@pytest.mark.slow
 def test_a_tiny_cardinality_study_writes_its_table_and_figure(tmp_path: Path) -> None:
     assert run_study(TINY, tmp_path) == 0
     made = load_records(tmp_path / MADE.slug)

@@ -48,6 +48,7 @@ def test_the_study_has_the_papers_flows_and_levels() -> None:
     assert study.problems == ("robust-vs-fig2-mid", "robust-vs-fig2-high")
 
 
+@pytest.mark.slow
 def test_a_tiny_fig2_study_makes_its_reference_runs_and_draws_the_figure(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
