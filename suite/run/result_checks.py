@@ -143,7 +143,6 @@ def _first_per_model(model_index: torch.Tensor, checked: torch.Tensor, count: in
     # A fixed permutation spreads the picks over the batch (MCMC draws of a model come in runs of one chain).
     order = torch.randperm(n, generator=torch.Generator().manual_seed(0))
     both = torch.cat([checked.to(torch.int64), model_index[order].to(torch.int64)])
-    # unique over rows only for multi-word indices: for [B] the plain unique is a hundred times faster.
     _, inverse = unique_rows(both, return_inverse=True)
     slot_of = torch.full((int(inverse.max()) + 1,), -1, dtype=torch.long)
     slot_of[inverse[:m]] = torch.arange(m)
