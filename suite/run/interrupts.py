@@ -78,25 +78,6 @@ def signals_interrupt() -> Iterator[None]:
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
-@contextlib.contextmanager
-def interrupts_held() -> Iterator[None]:
-    """Block SIGINT in this thread within the block: a process started here (a worker) starts with it blocked.
-
-    The worker then ignores it (:func:`ignore_interrupts`) before unblocking, so a Ctrl-C that reaches the whole
-    process group while the worker is still starting never kills it half-way (with a traceback); the parent, whose
-    other threads still take the signal, stops it. A no-op where threads cannot block signals.
-    """
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    _start_resource_tracker()
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
 class DeferredInterrupts:
     """Within the block SIGINT and SIGTERM are noted (``signum``, the first), not raised; SIGINT is also blocked.
 

@@ -8,6 +8,11 @@ from their registry names and options (nothing heavier crosses processes) and
 keeps the gold-standard draws of the problems it has seen. Records carry the
 number of jobs and threads, so a walltime measured beside another run is
 never mistaken for one measured alone (``--jobs 1`` for clean timings).
+
+On a CPU, workers are forked from a fork server (:func:`worker_context`) that has imported what they need once
+(:mod:`suite.run.worker_preload`), so a worker starts in milliseconds instead of importing torch and the suite
+for seconds; the server never computes, so no worker inherits a thread pool. With CUDA they are spawned. Either
+way a worker takes the grid process's environment, and ends itself when the grid process dies.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from suite.core.registry import load_all, make_method, make_problem
 from suite.core.types import Draws
 from suite.results import draws_file
 from suite.results import records as rec
-from suite.run.interrupts import end_processes, ignore_interrupts, interrupts_held
+from suite.run.interrupts import DeferredInterrupts, Interrupted, end_processes, ignore_interrupts
 from suite.run.runner import execute, gold_draws
 
 
@@ -108,14 +113,36 @@ PR_SET_PDEATHSIG = 1
 WATCHDOG_INTERVAL_S = 0.5
 #: Exit status of a worker that ends itself because ``run_all.py`` is gone.
 ORPHAN_EXIT_CODE = 3
-#: The process that started this worker (None outside a worker: serial runs never check).
+#: The process that started this worker: the grid process, or the fork server (None outside a worker).
 _PARENT_PID: int | None = None
+#: The grid process this worker runs for (None outside a worker: serial runs never check).
+_GRID_PID: int | None = None
+#: Modules the fork server imports before it forks any worker (``__main__``: the command's own script, which a
+#: worker would otherwise import again).
+WORKER_PRELOAD = ("__main__", "suite.run.worker_preload")
 
 
 def parent_alive(parent_pid: int | None = None) -> bool:
-    """Whether this worker's parent (``parent_pid``, default the one recorded at start) is still its parent."""
-    expected = _PARENT_PID if parent_pid is None else parent_pid
-    return expected is None or os.getppid() == expected
+    """Whether this worker's parent (``parent_pid``, default the one recorded at start) is still its parent.
+
+    Without ``parent_pid``, a worker also checks that its grid process still exists: a forked worker's parent is
+    the fork server, which ends only when it sees that the grid process has gone.
+    """
+    if parent_pid is not None:
+        return os.getppid() == parent_pid
+    return _PARENT_PID is None or (os.getppid() == _PARENT_PID and _process_exists(_GRID_PID))
+
+
+def _process_exists(pid: int | None) -> bool:
+    if pid is None:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, under another user
+        return True
+    return True
 
 
 def _exit_if_orphaned(parent_pid: int | None = None) -> None:
@@ -124,37 +151,40 @@ def _exit_if_orphaned(parent_pid: int | None = None) -> None:
         os._exit(ORPHAN_EXIT_CODE)
 
 
-def _watch_parent(parent_pid: int, interval_s: float) -> None:
+def _watch_parent(interval_s: float) -> None:
     while True:
-        _exit_if_orphaned(parent_pid)
+        _exit_if_orphaned()
         time.sleep(interval_s)
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """End this worker whenever ``parent_pid`` dies: kernel signal (Linux), a re-check, and a watchdog thread.
+def _die_with_parent() -> None:
+    """End this worker whenever its parent or its grid process dies: kernel signal (Linux), a re-check, a watchdog.
 
     A spawned worker gets here only after importing the suite (seconds), and the parent may already be gone:
     the death signal then never comes, so the parent is checked right after asking for it. The kernel signal
     is also tied to the parent's creating thread and is Linux-only; a daemon thread polling the parent covers
-    both (an orphan is reparented, so its ``getppid()`` changes).
+    both (an orphan is reparented, so its ``getppid()`` changes). A forked worker's parent is the fork server,
+    which exits when the grid process has gone; the watchdog also checks the grid process itself.
     """
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):
         pass  # other systems: the watchdog below ends an orphan within WATCHDOG_INTERVAL_S
-    _exit_if_orphaned(parent_pid)
-    watchdog = threading.Thread(
-        target=_watch_parent, args=(parent_pid, WATCHDOG_INTERVAL_S), name="parent-watchdog", daemon=True
-    )
+    _exit_if_orphaned()
+    watchdog = threading.Thread(target=_watch_parent, args=(WATCHDOG_INTERVAL_S,), name="parent-watchdog", daemon=True)
     watchdog.start()
 
 
-def _init_worker(threads: int, parent_pid: int) -> None:
-    global _PARENT_PID
+def _init_worker(threads: int, grid_pid: int, forked: bool, environment: dict[str, str]) -> None:
+    global _PARENT_PID, _GRID_PID
     ignore_interrupts()  # a Ctrl-C reaches the whole group: the parent ends its workers (suite.run.interrupts)
-    _PARENT_PID = parent_pid
-    _die_with_parent(parent_pid)
+    _GRID_PID = grid_pid
+    _PARENT_PID = os.getppid() if forked else grid_pid  # a spawned worker whose grid has gone exits just below
+    _die_with_parent()
+    if forked:  # the fork server's environment is the grid process's at the server's start; take today's
+        os.environ.clear()
+        os.environ.update(environment)
     torch.set_num_threads(threads)
     tune_allocator()
     load_all(report=False)  # the parent process has said which plug-ins did not load
@@ -214,8 +244,9 @@ def run_in_workers(specs: list[RunSpec], jobs: int, threads: int) -> Iterator[tu
     (SIGTERM, then SIGKILL after :data:`suite.run.interrupts.GRACE_S`): runs
     still going write no record, and finished ones already have theirs.
     """
-    context = multiprocessing.get_context("spawn")  # a forked child may inherit a locked OpenMP pool
-    initargs = (threads, os.getpid())
+    context = worker_context(cuda=any(spec.device.startswith("cuda") for spec in specs))
+    forked = context.get_start_method() == "forkserver"
+    initargs = (threads, os.getpid(), forked, dict(os.environ))
     pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker, initargs=initargs)
     pending: dict[Future, RunSpec] = {}
     queue = list(reversed(specs))
@@ -224,9 +255,13 @@ def run_in_workers(specs: list[RunSpec], jobs: int, threads: int) -> Iterator[tu
         while pending or (queue and broken is None):
             while queue and len(pending) < jobs and broken is None:
                 try:
-                    with interrupts_held():  # a worker started here ignores SIGINT from its first instruction
+                    # A worker starts whole (a signal is acted on once it has): one cut short half-way, forked but
+                    # not yet known to the pool, would be left running. It ignores SIGINT from its first instruction.
+                    with DeferredInterrupts() as deferred:
                         pending[pool.submit(run_spec, queue[-1])] = queue[-1]
                     queue.pop()
+                    if deferred.signum is not None:
+                        raise Interrupted(deferred.signum)
                 except BrokenProcessPool as exc:
                     broken = f"not run: a worker process died and took the pool with it ({exc})"
             if not pending:
@@ -249,8 +284,27 @@ def run_in_workers(specs: list[RunSpec], jobs: int, threads: int) -> Iterator[tu
     pool.shutdown(wait=True)
 
 
+def worker_context(cuda: bool) -> multiprocessing.context.BaseContext:
+    """How workers start: forked from a fork server where it exists and no run uses CUDA, else spawned.
+
+    Never forked from the grid process itself, which may hold a locked OpenMP pool or a CUDA context; the fork
+    server has only imported modules (:data:`WORKER_PRELOAD`). It starts at this process's first pool and serves
+    every later one, so a study or a test that runs many grids pays the imports once. CUDA is initialised in no
+    process a worker is forked from, but a spawned worker is the safe choice where a run may use it.
+    """
+    if cuda or "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(WORKER_PRELOAD))  # only read when the server starts
+    return context
+
+
 def stop_pool(pool: ProcessPoolExecutor) -> None:
-    """Cancel a pool's queued runs and end its worker processes now (runs in progress write no record)."""
+    """End a pool's worker processes now and cancel its queued runs (runs in progress write no record).
+
+    The workers end first: a worker forked a moment ago is still reading the pool's queues, which shutting the
+    pool down removes (it would die with a traceback on the terminal).
+    """
     processes = list((getattr(pool, "_processes", None) or {}).values())
-    pool.shutdown(wait=False, cancel_futures=True)
     end_processes(processes)
+    pool.shutdown(wait=False, cancel_futures=True)

@@ -37,17 +37,17 @@ def _marked(marker: str) -> list[int]:
 
 
 def _workers_of(parent: int, marker: str) -> list[int]:
-    """Spawned pool workers (not the resource tracker) of ``parent``."""
-    workers = []
+    """Pool workers of ``parent`` (not its resource tracker): spawned by it, or forked by its fork server."""
+    parents, commands = {}, {}
     for pid in _marked(marker):
         try:
-            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            parents[pid] = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            commands[pid] = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if int(stat[1]) == parent and b"spawn_main" in cmdline:
-            workers.append(pid)
-    return workers
+    servers = {pid for pid, ppid in parents.items() if ppid == parent and b"forkserver" in commands[pid]}
+    spawned = [pid for pid, ppid in parents.items() if ppid == parent and b"spawn_main" in commands[pid]]
+    return spawned + [pid for pid, ppid in parents.items() if ppid in servers]
 
 
 def _kill_survivors(pids: list[int]) -> None:
