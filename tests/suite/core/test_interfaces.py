@@ -70,9 +70,11 @@ def test_problem_batch_rows_are_independent(name: str) -> None:
     _check(pc.batch_rows_are_independent, _problem(name))
 
 
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=pytest.mark.slow) if n.endswith("-p20") else n for n in PROBLEMS]
-)
+#: The 2^20-model instances take seconds in the checks that go over every model: slow (docs/testing.md).
+PROBLEMS_P20_SLOW = [pytest.param(n, marks=pytest.mark.slow) if n.endswith("-p20") else n for n in PROBLEMS]
+
+
+@pytest.mark.parametrize("name", PROBLEMS_P20_SLOW)
 def test_problem_float32_agrees_with_float64(name: str) -> None:
     _check(pc.float32_agrees_with_float64, _problem(name))
 
@@ -82,7 +84,7 @@ def test_problem_model_space(name: str) -> None:
     _check(pc.model_space_is_consistent, _problem(name))
 
 
-@pytest.mark.parametrize("name", PROBLEMS)
+@pytest.mark.parametrize("name", PROBLEMS_P20_SLOW)
 def test_problem_ground_truth_is_consistent(name: str) -> None:
     _check(pc.ground_truth_is_consistent, _problem(name))
 
@@ -148,7 +150,7 @@ def test_method_leaves_its_problem_unchanged(method_name: str) -> None:
     _check(mc.leaves_its_problem_unchanged, make_method(method_name), _first_supported_problem(method_name))
 
 
-@pytest.mark.parametrize("name", PROBLEMS)
+@pytest.mark.parametrize("name", PROBLEMS_P20_SLOW)
 def test_problem_log_joint_agrees_between_torch_and_jax(name: str) -> None:
     """One definition, two backends: float64 results agree to 1e-10 (plus 1e-12 relative for large values)."""
     _check(pc.torch_and_jax_agree, _problem(name))
