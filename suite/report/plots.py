@@ -12,7 +12,6 @@ import matplotlib
 matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.axis import Axis
 from matplotlib.category import StrCategoryFormatter
 from matplotlib.text import Text
 from matplotlib.ticker import FixedFormatter, Formatter, FuncFormatter, StrMethodFormatter
@@ -177,7 +176,7 @@ def plain_labels(fig: Any) -> None:
     A name with ``$...$`` in it would otherwise be parsed as mathtext (and, with ``text.usetex``, as TeX), and a bad
     formula fails the whole report. Tick labels of numbers (``10^-3`` on log axes) keep their mathtext.
     """
-    for text in _texts(fig):
+    for text in fig.findobj(Text):
         text.set_usetex(False)
         text.set_text(plain_text(text.get_text()))
     for ax in fig.axes:
@@ -186,21 +185,6 @@ def plain_labels(fig: Any) -> None:
                 axis.set_major_formatter(PlainFormatter(axis.get_major_formatter()))
             if isinstance(axis.get_minor_formatter(), TEXT_FORMATTERS):
                 axis.set_minor_formatter(PlainFormatter(axis.get_minor_formatter()))
-
-
-def _texts(fig: Any) -> list[Text]:
-    """Every text of ``fig`` but the tick labels, which its axes' formatters make at drawing time.
-
-    ``fig.findobj(Text)`` would also walk every tick, and listing an axis' ticks computes them (most of a report's
-    drawing time on figures of many log-scaled panels).
-    """
-    found, stack = [], [fig]
-    while stack:
-        artist = stack.pop()
-        if isinstance(artist, Text):
-            found.append(artist)
-        stack.extend([artist.label, artist.offsetText] if isinstance(artist, Axis) else artist.get_children())
-    return found
 
 
 class PlainFormatter(Formatter):
