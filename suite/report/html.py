@@ -39,6 +39,7 @@ from suite.report.leaderboard import (
     reported_comparison,
     summary_table,
     trace_note,
+    verdict_line,
 )
 from suite.report.posterior_tables import LEGEND as POSTERIOR_LEGEND
 from suite.report.posterior_tables import PAPER_NOTE, display_frame, posterior_table
@@ -175,11 +176,13 @@ def _direction(problem: str, records: list[dict[str, Any]]) -> tuple[str, bool]:
 
 
 def headline(table: pd.DataFrame, metric: str) -> tuple[str, str]:
-    """The summary column of the main metric at the common budget (else its final mean), and how it was computed."""
+    """The summary column the overview shows (the verdict's mean of the main metric) and how it was computed."""
     info = table.attrs.get("trace") or {}
+    if "ranked_mean" not in table:
+        return metric, "mean ± se over seeds of the final value"
     if info.get("budget_s") is not None:
-        return info["at"][-1], f"median over seeds at the common budget of {info['budget_s']:.3g} compute s"
-    return metric, "mean ± se over seeds of the final value"
+        return "ranked_mean", f"mean over seeds at the common budget of {info['budget_s']:.3g} compute s"
+    return "ranked_mean", "mean over seeds of the final value"
 
 
 def _overview(
@@ -205,7 +208,8 @@ def _overview(
         }
         colours = _colours(values, higher)
         over = {m for m in values if int(table.loc[m].get("over_budget", 0) or 0)}
-        best = _best({m: v for m, v in values.items() if m not in over}, higher)  # an over-budget run is never best
+        tied = set(table.index[table["tied_with_best"]]) if "tied_with_best" in table.columns else set()
+        best = {m for m in values if m in tied and m not in over}  # an over-budget run is never starred
         cells = []
         for method in methods:
             computed = is_computed_nan(tables[problem], method, column)
@@ -217,14 +221,16 @@ def _overview(
     legend = (
         '<p class="legend muted"><span style="background:hsl(120,55%,82%)">best</span>'
         '<span style="background:hsl(0,55%,82%)">worst</span> colour scaled per problem (log scale when the values '
-        "span more than a decade); &#9733; best per problem; "
+        "span more than a decade); &#9733; best per problem, or tied with the best where the seeds cannot "
+        "separate them (rank interval and Welch test; docs/metrics.md, How verdicts are made); "
         '<span class="na" style="background:#eee">n/a</span> method does not apply; '
         '<span style="color:#8b0000">failed</span> every run failed (reason on hover and listed below); '
         '<span class="partial">&#9888; k</span> k runs failed; '
         '<span class="over">&#9201; over budget</span> a run overshot the time budget by more than 10% (never '
         "starred; scored by what it had estimated by the budget); "
-        "<span>&middot;</span> not run; -: the method does not compute the metric. Values: the main metric at the "
-        "common budget (median over seeds) when the problem's runs share one, else the mean over seeds.</p>"
+        "<span>&middot;</span> not run; -: the method does not compute the metric. Values: the mean over seeds of "
+        "the main metric at the common budget when the problem's runs share one, else of its final value (the "
+        "number the leaderboards rank by).</p>"
     )
     listed = (
         '<h3>Failed runs</h3><ul class="failures">' + "".join(failures) + "</ul>"
@@ -266,14 +272,6 @@ def _colours(values: dict[str, float], higher: bool) -> dict[str, str]:
             badness = 1.0 - badness if higher else badness
         colours[method] = f"hsl({120 * (1 - badness):.0f},55%,82%)"
     return colours
-
-
-def _best(values: dict[str, float], higher: bool) -> set[str]:
-    usable = {m: v for m, v in values.items() if not math.isnan(v)}
-    if not usable:
-        return set()
-    target = max(usable.values()) if higher else min(usable.values())
-    return {m for m, v in usable.items() if v == target}
 
 
 def _number(value: float) -> str:
@@ -403,6 +401,8 @@ def _problem_section(
     if table.empty:
         parts.append('<p class="muted">No runs.</p>')
     else:
+        if table.attrs.get("verdict"):
+            parts.append(f'<p class="verdict">{esc(verdict_line(table))}</p>')
         parts.append(_html_table(display_table(table), "leaderboard"))
         note = trace_note(table)
         parts.append(

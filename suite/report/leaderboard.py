@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from suite.core.files import write_atomically
+from suite.report.verdicts import Scores, problem_seed, tie_text, verdicts
 from suite.results.records import NOT_APPLICABLE, over_budget
 
 LONG_COLUMNS = ["problem", "method", "seed", "config_hash", "metric", "value", "se", "status", "reason"]
@@ -158,10 +159,12 @@ def mean_and_se(values: pd.Series) -> tuple[float, float]:
 def summary_table(long: pd.DataFrame, problem: str, records: list[dict[str, Any]]) -> pd.DataFrame:
     """Per-method mean and standard error over seeds of each metric, best first by the main metric.
 
-    The table also has the trace columns of :func:`trace_columns` (named in ``table.attrs["trace"]``), and when the
-    problem's runs share one time budget it is sorted by the main metric at that budget (the median over seeds of
-    the final values). ``table.attrs`` also holds ``main_metric``, ``higher_is_better`` (from the records' facts)
-    and ``nan_cells``: the (method, metric) cells whose NaN was computed (shown ``nan``; other NaNs: not computed).
+    The table also has the trace columns of :func:`trace_columns` (named in ``table.attrs["trace"]``) and the
+    verdict columns :data:`VERDICT_COLUMNS` (:mod:`suite.report.verdicts`, on :func:`ranked_value`: the main metric,
+    at the common budget when the problem's runs share one), and is sorted by their mean, best first; methods
+    without a value follow by name. ``table.attrs`` also holds ``verdict`` (the sentence naming the best or the tie
+    group), ``main_metric``, ``higher_is_better`` (from the records' facts) and ``nan_cells``: the (method, metric)
+    cells whose NaN was computed (shown ``nan``; other NaNs: not computed).
     """
     sub = long[long["problem"] == problem]
     metrics = [m for m in METRIC_ORDER if m in set(sub["metric"])]
@@ -197,18 +200,28 @@ def summary_table(long: pd.DataFrame, problem: str, records: list[dict[str, Any]
     higher = higher_is_better(problem, records)
     if table.empty:
         return table
-    ascending = key not in higher
-    if key in table:
-        table = table.sort_values(key, ascending=ascending, na_position="last", kind="stable")
     columns, info = trace_columns(records, problem)
     if info:
         for name in info["columns"]:
             table[name] = [columns.get(m, {}).get(name, math.nan) for m in table["method"]]
-        if info["budget_s"] is not None:
-            at_budget = info["at"][-1]
-            table = table.sort_values(at_budget, ascending=ascending, na_position="last", kind="stable")
-    table = table.reset_index(drop=True)
-    table.attrs.update(trace=info, main_metric=key, higher_is_better=sorted(higher), nan_cells=sorted(nan_cells))
+    rows = verdicts(method_scores(records, problem), lower_is_better=key not in higher, seed=problem_seed(problem))
+    verdict = {row.method: row for row in rows}
+    position = {row.method: i for i, row in enumerate(rows)}
+    table["ranked_mean"] = [verdict[m].mean if m in verdict else math.nan for m in table["method"]]
+    table["ci_low"] = [verdict[m].ci_low if m in verdict else math.nan for m in table["method"]]
+    table["ci_high"] = [verdict[m].ci_high if m in verdict else math.nan for m in table["method"]]
+    table["rank_low"] = pd.array([verdict[m].rank_low if m in verdict else None for m in table["method"]], "Int64")
+    table["rank_high"] = pd.array([verdict[m].rank_high if m in verdict else None for m in table["method"]], "Int64")
+    table["tied_with_best"] = [bool(m in verdict and verdict[m].tied_with_best) for m in table["method"]]
+    table["_order"] = [position.get(m, len(position)) for m in table["method"]]
+    table = table.sort_values(["_order", "method"], kind="stable").drop(columns="_order").reset_index(drop=True)
+    table.attrs.update(
+        trace=info,
+        main_metric=key,
+        higher_is_better=sorted(higher),
+        nan_cells=sorted(nan_cells),
+        verdict=tie_text(rows),
+    )
     return table
 
 
@@ -286,6 +299,46 @@ def time_to_reach(seconds: list[float], values: list[float | None], target: tupl
     return reached
 
 
+def ranked_value(
+    record: dict[str, Any],
+    metric: str,
+    budget_s: float | None,
+    series: tuple[list[float], list[float | None]] | None = None,
+) -> float | None:
+    """The value of ``metric`` a leaderboard ranks a run by (None: no estimate).
+
+    Its final value, except for a run over the common budget ``budget_s``: the last running estimate it took by
+    the budget. A run without a final value keeps its last running estimate. ``series``: its trace, if known.
+    """
+    if series is None:
+        series = trace_series(record, metric)
+    if budget_s is not None and over_budget(record):
+        return value_at(*series, budget_s) if series else None  # only what it had estimated by the budget
+    final = (record.get("metrics") or {}).get(metric, {}).get("value")
+    return final if final is not None else (series[1][-1] if series else None)
+
+
+def method_scores(records: list[dict[str, Any]], problem: str) -> dict[str, Scores]:
+    """Per method, the per-seed ranked values (:func:`ranked_value`) of the problem's main metric, and its reference
+    error (the mean over seeds of the metric's ``se``; 0 where the truth is exact)."""
+    metric = main_metric(problem, records)
+    budget = common_budget(records, problem)
+    out: dict[str, Scores] = {}
+    runs = [rec for rec in records if rec["problem"] == problem and rec["status"] == "ok"]
+    for method in sorted({rec["method"] for rec in runs}):
+        mine = [rec for rec in runs if rec["method"] == method]
+        values = [ranked_value(rec, metric, budget) for rec in mine]
+        errors = [(rec.get("metrics") or {}).get(metric, {}).get("se") for rec in mine]
+        errors = [float(e) for e in errors if isinstance(e, int | float) and math.isfinite(e)]
+        kept = tuple(float(v) for v in values if v is not None and not math.isnan(v))
+        out[method] = Scores(kept, float(np.mean(errors)) if errors else 0.0)
+    return out
+
+
+#: Columns of a summary table that carry its verdict (:mod:`suite.report.verdicts`).
+VERDICT_COLUMNS = ["ranked_mean", "ci_low", "ci_high", "rank_low", "rank_high", "tied_with_best"]
+
+
 def trace_columns(records: list[dict[str, Any]], problem: str) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """Per method, the main metric along the traces of its successful runs, and a description of the columns.
 
@@ -326,11 +379,8 @@ def trace_columns(records: list[dict[str, Any]], problem: str) -> tuple[dict[str
             values = []
             for rec in mine:
                 s = series[id(rec)]
-                if budget is not None and t == times[-1] and over_budget(rec):
-                    v = value_at(*s, t) if s else None  # only what it had estimated by the budget
-                elif budget is not None and t == times[-1]:
-                    final = (rec.get("metrics") or {}).get(metric, {}).get("value")
-                    v = final if final is not None else (s[1][-1] if s else None)
+                if budget is not None and t == times[-1]:
+                    v = ranked_value(rec, metric, budget, s)
                 else:
                     v = value_at(*s, t) if s else None
                 if v is not None and not math.isnan(v):
@@ -430,6 +480,15 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
         return table
     metrics = [c for c in table.columns if f"{c}_se" in table.columns]
     shown = table[["method", "runs", "failed"]].copy()
+    if "tied_with_best" in table:
+        shown["best"] = ["tied" if tied else "" for tied in table["tied_with_best"]]
+        shown["rank (95%)"] = [
+            format_rank(lo, hi) for lo, hi in zip(table["rank_low"], table["rank_high"], strict=True)
+        ]
+        shown["mean (95% CI)"] = [
+            format_interval(m, lo, hi, table.attrs.get("main_metric"))
+            for m, lo, hi in zip(table["ranked_mean"], table["ci_low"], table["ci_high"], strict=True)
+        ]
     info = table.attrs.get("trace") or {}
     for name in info.get("at", []):
         shown[name] = ["-" if math.isnan(v) else f"{v:.3g}" for v in table[name]]  # -inf prints as -inf
@@ -450,6 +509,29 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
     if "not_applicable" in table and table["not_applicable"].str.len().gt(0).any():
         shown["not_applicable"] = table["not_applicable"]
     return shown
+
+
+def format_rank(low: Any, high: Any) -> str:
+    """A rank interval: ``2``, ``1-3``, or ``-`` without one.
+
+    Example:
+        >>> format_rank(1, 3), format_rank(2, 2), format_rank(None, None)
+        ('1-3', '2', '-')
+    """
+    if low is None or high is None or pd.isna(low) or pd.isna(high):
+        return MISSING
+    return str(int(low)) if int(low) == int(high) else f"{int(low)}-{int(high)}"
+
+
+def format_interval(mean: float, low: float, high: float, metric: str | None = None) -> str:
+    """``mean [low, high]``; the mean alone without an interval (one seed), ``-`` without a mean."""
+    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+        return MISSING
+    bound = beyond_bound(metric, mean)
+    if bound or math.isinf(mean):
+        return bound or ("inf" if mean > 0 else "-inf")
+    text = f"{mean:.3g}"
+    return text if math.isnan(low) else f"{text} [{low:.3g}, {high:.3g}]"
 
 
 def format_reach(seconds: float, seeds: str) -> str:
@@ -484,6 +566,7 @@ def write_leaderboards(records: list[dict[str, Any]], out: Path) -> dict[str, pd
         sort_key = _sort_key(table, "`")
         title = f"# Leaderboard: {problem}\n\nSorted by {sort_key} ({_direction(table)} is better). "
         title += f"{LEGEND}\n\n"
+        title += f"{verdict_line(table)}\n\n" if table.attrs.get("verdict") else ""
         note = trace_note(table)
         title += f"{note}\n\n" if note else ""
         kind = reference_kind(records, problem)
@@ -492,6 +575,19 @@ def write_leaderboards(records: list[dict[str, Any]], out: Path) -> dict[str, pd
         text = title + to_markdown(display_table(table))
         write_atomically(out / f"leaderboard_{problem}.md", lambda path, text=text: path.write_text(text))
     return tables
+
+
+#: How a leaderboard's verdict columns are made, said under every verdict.
+VERDICT_LEGEND = (
+    "rank (95%): the rank interval over seeds; best: tied when the data cannot separate the method from the best "
+    "mean (Welch 95% interval of the difference, the reference's Monte Carlo error, the rank interval; "
+    "docs/metrics.md, How verdicts are made); mean (95% CI): Student t over seeds"
+)
+
+
+def verdict_line(table: pd.DataFrame) -> str:
+    """The sentence naming the best method or the tie group, and how it was decided."""
+    return f"Verdict: {table.attrs['verdict']}. {VERDICT_LEGEND}."
 
 
 def reference_kind(records: list[dict[str, Any]], problem: str) -> str | None:
@@ -517,7 +613,8 @@ def format_for_terminal(problem: str, table: pd.DataFrame, reference: str | None
     shown = f"; reference: {reference}" if reference else ""
     header = f"== {problem}  (sorted by {_sort_key(table)}, {_direction(table)} is better{shown}; {LEGEND})"
     note = trace_note(table)
-    return header + "\n" + (f"   {note}\n" if note else "") + display_table(table).to_string(index=False)
+    verdict = f"   {verdict_line(table)}\n" if table.attrs.get("verdict") else ""
+    return header + "\n" + verdict + (f"   {note}\n" if note else "") + display_table(table).to_string(index=False)
 
 
 def _sort_key(table: pd.DataFrame, quote: str = "") -> str:

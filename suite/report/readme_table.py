@@ -1,4 +1,4 @@
-"""The README's results table, generated from a results folder's records: the three best methods per problem.
+"""The README's results table, generated from a results folder's records: per problem the best or the tie group.
 
 ``tdbench readme-table results/quick`` prints the table; ``--write README.md`` replaces the block
 between ``<!-- results-table:start -->`` and ``<!-- results-table:end -->`` with it. Like the rest of the report
@@ -19,7 +19,7 @@ from suite.report.leaderboard import NOT_APPLICABLE, long_table, summary_table
 from suite.results import records as rec
 
 START, END = "<!-- results-table:start -->", "<!-- results-table:end -->"
-#: Methods shown per problem.
+#: Methods named per problem in a tie group (the rest are counted).
 TOP = 3
 
 
@@ -27,36 +27,52 @@ def _number(value: float) -> str:
     return "nan" if math.isnan(value) else f"{value:.3g}"
 
 
-def _ranked(table: pd.DataFrame) -> list[tuple[str, float]]:
-    """(method, value) of the methods with a finite main-metric value, in the table's order (best first)."""
-    info = table.attrs.get("trace") or {}
-    column = info["at"][-1] if info.get("budget_s") is not None else table.attrs["main_metric"]
-    if column not in table:
-        return []
-    return [(str(m), float(v)) for m, v in zip(table["method"], table[column], strict=True) if pd.notna(v)]
+def best_cell(table: pd.DataFrame) -> str:
+    """The best method, or the methods tied for best (at most :data:`TOP` named), with their means."""
+    tied = table[table["tied_with_best"]] if "tied_with_best" in table else table.iloc[:0]
+    over = dict(zip(table["method"], table["over_budget"], strict=True)) if "over_budget" in table else {}
+    cells = [
+        f"`{m}` {_number(float(v))}" + (" (over budget)" if over.get(m) else "")
+        for m, v in zip(tied["method"], tied["ranked_mean"], strict=True)
+    ]
+    if not cells:
+        return "-"
+    if len(cells) == 1:
+        return f"{cells[0]} (separated)"
+    more = f", +{len(cells) - TOP} more" if len(cells) > TOP else ""
+    return f"tied: {', '.join(cells[:TOP])}{more}"
+
+
+def _seeds(records: list[dict[str, Any]], problem: str) -> str:
+    """The seeds per method of a problem's successful runs: ``3``, or a range ``1-3``."""
+    counts: dict[str, int] = {}
+    for r in records:
+        if r["problem"] == problem and r.get("status") == "ok":
+            counts[r["method"]] = counts.get(r["method"], 0) + 1
+    if not counts:
+        return "-"
+    low, high = min(counts.values()), max(counts.values())
+    return str(low) if low == high else f"{low}-{high}"
 
 
 def results_table(records: list[dict[str, Any]]) -> str:
-    """Markdown: per problem, its main metric, the common time budget and the best ``TOP`` methods' values."""
+    """Markdown: per problem, its main metric, the common time budget, the best method or the tie group, the seeds."""
     records = [r for r in records if r.get("status") != NOT_APPLICABLE]
     long = long_table(records)
     lines = [
-        "| problem | main metric | budget | best | 2nd | 3rd | methods |",
-        "|---|---|---|---|---|---|---|",
+        "| problem | main metric | budget | best, or tied for best (mean over seeds) | seeds | methods |",
+        "|---|---|---|---|---|---|",
     ]
     for problem in sorted(long["problem"].unique()):
         table = summary_table(long, problem, records)
         if table.empty:
             continue
-        ranked = _ranked(table)
         budgets = {(r.get("budget") or {}).get("time_budget_s") for r in records if r["problem"] == problem}
         budget = f"{budgets.pop():.3g} s" if len(budgets) == 1 and None not in budgets else "iterations"
         metric = table.attrs["main_metric"]
         direction = "higher" if metric in table.attrs.get("higher_is_better", []) else "lower"
-        over = dict(zip(table["method"], table["over_budget"], strict=True)) if "over_budget" in table else {}
-        marks = {m: " (over budget)" if over.get(m) else "" for m, _ in ranked}
-        cells = [f"`{m}` {_number(v)}{marks[m]}" for m, v in ranked[:TOP]] + ["-"] * max(0, TOP - len(ranked))
-        row = [f"`{problem}`", f"{metric} ({direction} is better)", budget, *cells, str(len(table))]
+        row = [f"`{problem}`", f"{metric} ({direction} is better)", budget, best_cell(table)]
+        row += [_seeds(records, problem), str(len(table))]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 

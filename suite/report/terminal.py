@@ -19,6 +19,7 @@ from suite.report.dag_tables import COLUMNS, format_dag_table
 from suite.report.leaderboard import (
     MISSING,
     format_for_terminal,
+    format_rank,
     format_reported_comparison,
     is_computed_nan,
     reference_kind,
@@ -72,19 +73,23 @@ def format_problem(problem: str, table: pd.DataFrame, reference: str | None = No
     lines = wrap(header, "   ")
     if table.empty:
         return [*lines, "   no runs"]
+    if table.attrs.get("verdict"):
+        lines += wrap(f"   {table.attrs['verdict']} (rank: 95% interval over seeds; =: tied with the best)", "     ")
     ran = table[table["runs"] > 0]  # methods that do not apply have a row without runs
     extra = key_metrics(table)
-    columns = ["method", "runs", main, "time", *extra]
+    columns = ["method", "runs", "rank", main, "time", *extra]
     rows = []
     for _, row in ran.iterrows():
         method = str(row["method"])
         runs = f"{int(row['runs'])}" + (f" ({int(row['failed'])} failed)" if row["failed"] else "")
         runs += f" ({int(row['over_budget'])} over budget)" if row.get("over_budget", 0) else ""
-        cells = [method, runs, _mean_se(table, row, main), short_seconds(float(row.get("walltime_s", math.nan)))]
+        rank = format_rank(row.get("rank_low"), row.get("rank_high"))
+        rank = f"={rank}" if row.get("tied_with_best") else rank
+        cells = [method, runs, rank, _mean_se(table, row, main), short_seconds(float(row.get("walltime_s", math.nan)))]
         cells += [_mean_se(table, row, metric) for metric in extra]
         rows.append(cells)
     if rows:
-        body, left_out = fit_columns(columns, rows, keep=4)
+        body, left_out = fit_columns(columns, rows, keep=5)
         lines += body
         if left_out:
             lines.append(f"   ({left_out} more column{'s' if left_out != 1 else ''}: --wide)")

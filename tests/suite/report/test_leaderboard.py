@@ -142,14 +142,18 @@ def test_trace_columns_at_fractions_of_the_common_budget(tmp_path) -> None:
     assert table.loc["a", "t(TV<=0.05) seeds"] == "2/2"
     assert math.isinf(table.loc["b", "t(TV<=0.05)"]) and table.loc["b", "t(TV<=0.05) seeds"] == "0/1"
     text = format_for_terminal("sas", write_leaderboards(records, tmp_path)["sas"])
-    header, note, columns, row_a, row_b = text.splitlines()[:5]
+    header, verdict, note, columns, row_a, row_b = text.splitlines()[:6]
+    assert "Verdict: tied for best: `a`, `b` (seeds: 2, 1)" in verdict
     assert "at the common budget of 30 s (TV@30s)" in header and "TV@3s, TV@9s, TV@30s" in note
     assert "stays <= 0.05" in note
-    assert columns.split()[:7] == ["method", "runs", "failed", "TV@3s", "TV@9s", "TV@30s", "t(TV<=0.05)"]
-    assert row_a.split()[:7] == ["a", "2", "0", "-", "0.05", "0.03", "14.5s"]
+    head = ["method", "runs", "failed", "best", "rank", "(95%)", "mean", "(95%", "CI)"]
+    assert columns.split()[:13] == [*head, "TV@3s", "TV@9s", "TV@30s", "t(TV<=0.05)"]
+    # one seed of "b" (0.1) cannot be separated from "a"'s two (0.02, 0.04): both tied, ranks 1-2
+    assert row_a.split()[:11] == ["a", "2", "0", "tied", "1-2", "0.03", "[-0.0971,", "0.157]", "-", "0.05", "0.03"]
     assert "not reached" in row_b and "(0/1)" not in row_b  # (k/n) only when some, not all, seeds reached it
     board = (tmp_path / "leaderboard_sas.md").read_text()
-    assert "| a | 2 | 0 | - | 0.05 | 0.03 | 14.5s |" in board and "not reached" in board
+    assert "| a | 2 | 0 | tied | 1-2 | 0.03 [-0.0971, 0.157] | - | 0.05 | 0.03 | 14.5s |" in board
+    assert "not reached" in board
     assert "TV@30s" in pd.read_csv(tmp_path / "leaderboard_sas.csv").columns
 
 
@@ -176,13 +180,19 @@ def test_sorted_by_the_main_metric_at_the_common_budget(tmp_path) -> None:
     # "a": mean final TV 0.173 but median 0.01; "b": 0.1 for every seed.
     runs = [("a", 0, 0.01), ("a", 1, 0.01), ("a", 2, 0.5), ("b", 0, 0.1), ("b", 1, 0.1), ("b", 2, 0.1)]
     records = [traced(m, s, seconds, [0.6, 0.4, tv]) for m, s, tv in runs]
-    table = write_leaderboards(records, tmp_path)["sas"]
-    assert table["method"].tolist() == ["a", "b"]  # median at the budget, not the mean of the final values
+    table = write_leaderboards(records, tmp_path)["sas"].set_index("method")
+    # sorted by the verdict's mean at the budget (the column TV@30s shows the median)
+    assert table.index.tolist() == ["b", "a"] and table.loc["a", "TV@30s"] == pytest.approx(0.01)
+    assert table.loc["a", "ranked_mean"] == pytest.approx(0.52 / 3)
     assert (
         "Sorted by `model_prob_tv` at the common budget of 30 s (`TV@30s`)"
         in (tmp_path / "leaderboard_sas.md").read_text()
     )
-    # Different budgets: fixed times, sorted by the mean as before.
+    # An over-budget run is ranked by what it had estimated by the budget, not by its final value.
+    over = traced("a", 2, [1.0, 10.0, 25.0, 60.0], [0.6, 0.4, 0.3, 0.005])
+    table = write_leaderboards([*records[:2], over, *records[3:]], tmp_path)["sas"].set_index("method")
+    assert table.loc["a", "ranked_mean"] == pytest.approx(0.32 / 3)
+    # Different budgets: fixed times, sorted by the mean of the final values.
     records[0]["budget"]["time_budget_s"] = 60.0
     table = write_leaderboards(records, tmp_path)["sas"]
     assert table["method"].tolist() == ["b", "a"]

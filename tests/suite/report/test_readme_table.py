@@ -1,4 +1,4 @@
-"""The README's results table: best methods per problem from records, and the marked block it replaces."""
+"""The README's results table: the best or the tie group per problem from records, and the marked block it replaces."""
 
 from __future__ import annotations
 
@@ -43,7 +43,12 @@ def test_the_table_ranks_methods_by_the_main_metric_and_states_the_budget() -> N
         {"problem": "sas", "method": "e", "seed": None, "status": NOT_APPLICABLE, "reason": "x", "metrics": {}},
     ]
     lines = results_table(records).splitlines()
-    assert lines[2] == "| `sas` | model_prob_tv (lower is better) | 4 s | `b` 0.05 | `a` 0.2 | `c` 0.5 | 4 |"
+    # one seed of b, c and d: nothing can be separated from the best mean (b), so all four tie; 3 are named
+    assert lines[2] == (
+        "| `sas` | model_prob_tv (lower is better) | 4 s | tied: `b` 0.05, `a` 0.2, `c` 0.5, +1 more | 1-2 | 4 |"
+    )
+    separated = [_record("sas", m, seed, tv + 0.001 * seed) for m, tv in (("a", 0.1), ("b", 0.3)) for seed in range(3)]
+    assert "| `b`" not in results_table(separated) and "| `a` 0.101 (separated) | 3 | 2 |" in results_table(separated)
 
 
 def test_the_block_between_the_markers_is_replaced_and_missing_markers_are_refused() -> None:

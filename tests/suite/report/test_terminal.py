@@ -52,7 +52,9 @@ def test_a_computed_nan_prints_nan_and_a_metric_not_computed_prints_a_dash(tmp_p
     shown = display_table(table).set_index("method")
     assert shown.loc["vi", "neg_elbo"] == "nan" and shown.loc["mcmc", "neg_elbo"] == "-"
     board = (tmp_path / "leaderboard_sas.md").read_text()
-    assert "| mcmc | 1 | 0 | - | 0.05 | 2 |" in board and "| vi | 2 | 0 | nan | 0.15 ± 0.05 |" in board
+    # best, rank (95%) and mean (95% CI): one seed of "mcmc" cannot be separated from "vi"'s two, nor ranked
+    assert "| mcmc | 1 | 0 | tied | 1-2 | 0.05 | - | 0.05 | 2 |" in board
+    assert "| vi | 2 | 0 | tied | 1-2 | 0.15 [-0.485, 0.785] | nan | 0.15 ± 0.05 |" in board
     csv = (tmp_path / "leaderboard_sas.csv").read_text().splitlines()
     columns = csv[0].split(",")
     cells = {line.split(",")[0]: line.split(",") for line in csv[1:]}
