@@ -34,7 +34,10 @@ from suite.studies import STUDIES, Study
 #: tool's module is imported when it is called, so that ``tdbench report`` loads no problem or method code.
 TOOLS: dict[str, tuple[str, str]] = {
     "reference": ("suite.reference.cli", "compute, store, validate or show ground-truth references of problems"),
-    "compare": ("suite.report.compare", "compare the metrics of two results folders run for run"),
+    "compare": (
+        "suite.report.compare",
+        "compare two results folders: each method's change beyond noise (--exact: bitwise)",
+    ),
     "overview": ("suite.report.overview", "a Markdown overview of a results folder across problems and methods"),
     "readme-table": ("suite.report.readme_table", "print (or --write into README.md) the README's results table"),
     "facts": ("suite.results.facts", "add problem facts to records written before they were kept"),

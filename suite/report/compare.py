@@ -1,8 +1,14 @@
-"""Compare the metrics of two results folders run for run: ``tdbench compare BEFORE AFTER``.
+"""Compare two results folders: ``tdbench compare OLD NEW``.
 
-Runs are matched by (problem, problem configuration, method, seed); every metric except walltime must be
-bitwise equal (value and standard error). Used to check that a refactoring changed no number; exit status 0
-when every run of BEFORE has an identical counterpart in AFTER, 1 otherwise (the differences are printed).
+By default, beyond noise: for each (problem, method) in both folders, the change of the problem's main metric
+(the mean over seeds of the value the leaderboards rank, :func:`suite.report.leaderboard.ranked_value`) with
+Welch's 95% interval, and a verdict: ``better`` or ``worse`` when the interval excludes zero and the change
+exceeds the reference's Monte Carlo error (:func:`suite.report.verdicts.separated`), else ``within noise``.
+``--fail-on-worse`` exits 1 when any verdict is ``worse``, so a method's author can put it in CI.
+
+``--exact``: runs are matched by (problem, problem configuration, method, seed); every metric except walltime
+must be bitwise equal (value and standard error). Used to check that a refactoring changed no number; exit
+status 0 when every run of OLD has an identical counterpart in NEW, 1 otherwise (the differences are printed).
 """
 
 from __future__ import annotations
@@ -14,6 +20,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
+from suite.report.leaderboard import higher_is_better, main_metric, method_scores, to_markdown
+from suite.report.verdicts import difference_interval, separated
 from suite.results.records import load_records
 
 #: Metrics that measure the machine, not the method: never compared.
@@ -51,22 +61,106 @@ def differences(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> li
     return lines
 
 
+def changes(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> pd.DataFrame:
+    """Per (problem, method) in both folders: the main metric's change (new - old) with its 95% interval and verdict.
+
+    Columns: problem, method, metric, direction (``lower``/``higher`` is better), old_mean, old_seeds, new_mean,
+    new_seeds, change, change_low, change_high, verdict (``better``, ``worse``, ``within noise``).
+    """
+    rows = []
+    for problem in sorted({r["problem"] for r in old} & {r["problem"] for r in new}):
+        metric = main_metric(problem, new)
+        higher = metric in higher_is_better(problem, new)
+        before, after = method_scores(old, problem), method_scores(new, problem)
+        for method in sorted(before.keys() & after.keys()):
+            a, b = before[method], after[method]
+            change, low, high = difference_interval(a, b) if a.values and b.values else (math.nan,) * 3
+            verdict = "within noise"
+            if separated(a, b):
+                verdict = "better" if (change > 0) == higher else "worse"
+            rows.append(
+                {
+                    "problem": problem,
+                    "method": method,
+                    "metric": metric,
+                    "direction": "higher" if higher else "lower",
+                    "old_mean": a.mean,
+                    "old_seeds": a.seeds,
+                    "new_mean": b.mean,
+                    "new_seeds": b.seeds,
+                    "change": change,
+                    "change_low": low,
+                    "change_high": high,
+                    "verdict": verdict,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def format_changes(table: pd.DataFrame) -> str:
+    """The changes as a Markdown table (``-`` where a side has one seed: no interval)."""
+
+    def number(value: float) -> str:
+        return "-" if math.isnan(value) else f"{value:.3g}"
+
+    shown = pd.DataFrame(
+        {
+            "problem": table["problem"],
+            "method": table["method"],
+            "metric": [f"{m} ({d} is better)" for m, d in zip(table["metric"], table["direction"], strict=True)],
+            "old (seeds)": [f"{number(m)} ({n})" for m, n in zip(table["old_mean"], table["old_seeds"], strict=True)],
+            "new (seeds)": [f"{number(m)} ({n})" for m, n in zip(table["new_mean"], table["new_seeds"], strict=True)],
+            "change [95% CI]": [
+                f"{c:+.3g} [{number(lo)}, {number(hi)}]" if not math.isnan(c) else "-"
+                for c, lo, hi in zip(table["change"], table["change_low"], table["change_high"], strict=True)
+            ],
+            "verdict": table["verdict"],
+        }
+    )
+    return to_markdown(shown)
+
+
 def main(argv: list[str] | None = None, prog: str = "tdbench compare") -> int:
     """Entry point; returns the exit status."""
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
-    parser.add_argument("before", type=Path, help="results folder of the reference run")
-    parser.add_argument("after", type=Path, help="results folder to compare with it")
+    parser.add_argument("before", type=Path, metavar="OLD", help="results folder of the reference run")
+    parser.add_argument("after", type=Path, metavar="NEW", help="results folder to compare with it")
+    parser.add_argument("--exact", action="store_true", help="run for run, every metric bitwise (walltimes aside)")
+    parser.add_argument(
+        "--fail-on-worse", action="store_true", help="exit 1 when any main metric is worse beyond noise"
+    )
     args = parser.parse_args(argv)
+    if args.exact and args.fail_on_worse:
+        print(f"{prog}: error: --fail-on-worse applies to the comparison beyond noise, not to --exact", file=sys.stderr)
+        return 2
+    for folder in (args.before, args.after):
+        if not (folder / "records").is_dir():
+            print(f"{prog}: error: no records/ folder in {folder}", file=sys.stderr)
+            return 2
     before, after = load_records(args.before), load_records(args.after)
     if not before:
-        print(f"error: no records in {args.before}", file=sys.stderr)
+        print(f"{prog}: error: no records in {args.before}", file=sys.stderr)
         return 2
-    lines = differences(before, after)
-    for line in lines:
-        print(line)
-    compared = sum(len(r.get("metrics", {}).keys() - TIMING_METRICS) for r in before)
-    print(f"{len(before)} runs, {compared} metric values compared: {len(lines)} difference(s)")
-    return 1 if lines else 0
+    if args.exact:
+        lines = differences(before, after)
+        for line in lines:
+            print(line)
+        compared = sum(len(r.get("metrics", {}).keys() - TIMING_METRICS) for r in before)
+        print(f"{len(before)} runs, {compared} metric values compared: {len(lines)} difference(s)")
+        return 1 if lines else 0
+    try:
+        table = changes(before, after)
+    except ValueError as exc:  # a record without usable facts, named with the fix
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    if table.empty:
+        print(f"{prog}: error: {args.before} and {args.after} share no (problem, method)", file=sys.stderr)
+        return 2
+    print(format_changes(table), end="")
+    counts = table["verdict"].value_counts()
+    summary = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("better", "worse", "within noise"))
+    print(f"\n{len(table)} (problem, method) pairs: {summary} (Welch 95% interval over seeds; docs/metrics.md)")
+    return 1 if args.fail_on_worse and counts.get("worse", 0) else 0
 
 
 if __name__ == "__main__":
