@@ -241,10 +241,12 @@ def test_an_interrupted_vti_run_resumes_from_its_checkpoint(
     assert "resumed_from" not in forced["diagnostics"]
 
 
-def test_methods_may_ask_for_fewer_default_seeds() -> None:
+def test_methods_may_ask_for_fewer_default_seeds(monkeypatch: pytest.MonkeyPatch) -> None:
     quick = GridSpec(problems="sas", methods="vti-surrogate,rjmcmc-baseline", profile="quick")
+    assert seeds_for(make_method("vti-surrogate"), quick) == 3  # every method of the default run: 3 seeds
+    monkeypatch.setattr(type(make_method("vti-surrogate")), "default_seeds", {"quick": 1})
     assert seeds_for(make_method("vti-surrogate"), quick) == 1
-    assert seeds_for(make_method("rjmcmc-baseline"), quick) == 2
+    assert seeds_for(make_method("rjmcmc-baseline"), quick) == 3
     given = GridSpec(problems="sas", methods="vti-surrogate", profile="quick", seeds=5)
     assert seeds_for(make_method("vti-surrogate"), given) == 5
 

@@ -132,7 +132,6 @@ class DAGMA(Method):
     mu_factor: float = 0.1
 
     profiles: ClassVar[dict[str, dict[str, Any]]] = _PROFILES
-    default_seeds: ClassVar[dict[str, int]] = {"quick": 1}
 
     def finalise(self, problem: Problem) -> Method:
         """Check the resolved options for sense; integers and floats are normalised to their types."""

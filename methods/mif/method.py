@@ -143,7 +143,6 @@ class _PerModelVI(Method):
     max_models: int = 256
 
     profiles: ClassVar[dict[str, dict[str, Any]]] = _SHARED_PROFILES
-    default_seeds: ClassVar[dict[str, int]] = {"quick": 1}
 
     def finalise(self, problem: Problem) -> _PerModelVI:
         """Check the resolved options for sense; the learning rates become a tuple of floats."""

@@ -493,5 +493,3 @@ class RJMCMCNaive(RJMCMCBaseline):
     """
 
     matching: str = "identity"
-    # The textbook reference point needs no second seed in the quick profile (keeps run_all within its budget).
-    default_seeds: ClassVar[dict[str, int]] = {"quick": 1}

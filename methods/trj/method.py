@@ -140,7 +140,6 @@ class _TransportRJ(Method):
     max_models: int = 256
 
     profiles: ClassVar[dict[str, dict[str, Any]]] = _SHARED_PROFILES
-    default_seeds: ClassVar[dict[str, int]] = {"quick": 1}
 
     def finalise(self, problem: Problem) -> Method:
         """Check the resolved options for sense."""

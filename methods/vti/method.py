@@ -152,8 +152,6 @@ class _VTIMethod(Method):
 
     decay: ClassVar[str] = "exponential"
     weight_decay: ClassVar[float] = 0.01
-    #: A quick-profile run trains for about a minute; one seed keeps ``run_all.py`` within its 15-minute budget.
-    default_seeds: ClassVar[dict[str, int]] = {"quick": 1}
 
     def resolve(self, problem: Problem, profile: str) -> _VTIMethod:
         """As :meth:`Method.resolve`; a preset ``sas(N,M)`` flow (none asked for) becomes ``affine(N,M)`` on

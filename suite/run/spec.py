@@ -29,7 +29,7 @@ from suite.run.shards import parse_shard
 
 #: Gold-standard draws per problem used for cross-entropy, by profile.
 EVAL_DRAWS = {"smoke": 2_000, "quick": 10_000, "paper": 100_000}
-DEFAULT_SEEDS = {"smoke": 2, "quick": 2, "paper": 10}
+DEFAULT_SEEDS = {"smoke": 2, "quick": 3, "paper": 10}
 #: The checkout the suite lives in: never a results folder.
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: Largest seeds, and largest draws / eval draws: beyond them planning or memory would never end.
