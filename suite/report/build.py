@@ -3,7 +3,8 @@
 :func:`write_report` writes, into the results folder: ``records_long.csv``, per problem ``leaderboard_<p>.md``,
 ``.csv`` and ``.png`` (model probabilities) and ``curves_<p>.png``, per sweep ``sweep_<name>.csv`` and ``.png``,
 per structure-learning problem ``dag_table_<p>.csv``, for the exact-posterior DAG problems ``posterior_table.csv``
-and ``posterior_fig2.png`` (:mod:`suite.report.posterior_tables`), ``reported_comparison.md``, the tidy results table
+and ``posterior_fig2.png`` (:mod:`suite.report.posterior_tables`), ``reported_comparison.md``, ``summary.csv``, ``.md``
+and ``.png`` across problems (:mod:`suite.report.summary`), the tidy results table
 (:mod:`suite.results.table`) and ``index.html`` (:mod:`suite.report.html`); it returns what to print
 (:mod:`suite.report.terminal`). :func:`report_from_folder` does the same for the records already in a folder.
 
@@ -33,6 +34,7 @@ from suite.report.leaderboard import (
 )
 from suite.report.plots import plot_model_probs
 from suite.report.posterior_tables import plot_posterior, posterior_table
+from suite.report.summary import write_summary
 from suite.report.sweeps import SWEEP_METRIC, plot_sweep, sweep_slug, sweep_tables
 from suite.report.terminal import render
 from suite.results import records as rec
@@ -128,6 +130,7 @@ def _write_artefacts(records: list[dict[str, Any]], out: Path, profile: str | No
     if not comparison.empty:
         text = "# Negative ELBO against the source papers\n\n" + format_reported_comparison(comparison)
         write_atomically(out / "reported_comparison.md", lambda path: path.write_text(text))
+    write_summary(records, tables, out)
     _write_optional("suite.results.table", "write_results_table", records, out)
     _write_optional("suite.report.html", "write_index", records, out, profile)
     return lambda wide: render(

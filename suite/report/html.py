@@ -43,6 +43,8 @@ from suite.report.leaderboard import (
 )
 from suite.report.posterior_tables import LEGEND as POSTERIOR_LEGEND
 from suite.report.posterior_tables import PAPER_NOTE, display_frame, posterior_table
+from suite.report.summary import RULES as SUMMARY_RULES
+from suite.report.summary import summary_table as across_problems
 from suite.report.sweeps import SWEEP_METRIC, sweep_slug, sweep_tables
 
 #: Methods in the order of the overview's columns (others follow, alphabetically), as in ``suite.report.overview``.
@@ -144,6 +146,7 @@ def render_page(records: list[dict[str, Any]], out: Path, profile: str | None = 
         + (f"; last run finished {esc(finished)}" if finished else "")
         + ". Generated from the records in <code>records/</code>.</p>",
         _nav(problems, sweeps, not posterior.empty),
+        _summary_section(records, tables, out),
         _overview(problems, methods, tables, records),
     ]
     for problem in problems:
@@ -158,8 +161,32 @@ def render_page(records: list[dict[str, Any]], out: Path, profile: str | None = 
     return "\n".join(parts)
 
 
+def _summary_section(records: list[dict[str, Any]], tables: dict[str, pd.DataFrame], out: Path) -> str:
+    """The summary across problems (:mod:`suite.report.summary`): the table, its rules and ``summary.png``."""
+    table = across_problems(records, tables)
+    if table.empty:
+        return '<section id="summary"><h2>Summary across problems</h2><p class="muted">No ranked method.</p></section>'
+    shown = pd.DataFrame(
+        {
+            "method": table["method"],
+            "problems": table["problems"],
+            "mean rank [95%]": [
+                f"{m:.2f} [{lo:.2f}, {hi:.2f}]"
+                for m, lo, hi in zip(table["mean_rank"], table["mean_rank_low"], table["mean_rank_high"], strict=True)
+            ],
+            "best group": [f"{k}/{n}" for k, n in zip(table["best_groups"], table["problems"], strict=True)],
+        }
+    )
+    figure = _figure(out, "summary.png", "mean rank over problems, and the performance profile", "summary")
+    return (
+        '<section id="summary"><h2>Summary across problems</h2>'
+        + _html_table(shown, "summary")
+        + f'<p class="legend muted">{esc(SUMMARY_RULES)}</p>{figure}</section>'
+    )
+
+
 def _nav(problems: list[str], sweeps: dict[str, pd.DataFrame], posterior: bool = False) -> str:
-    items = ['<li><a href="#overview">Overview</a></li>']
+    items = ['<li><a href="#summary">Summary</a></li>', '<li><a href="#overview">Overview</a></li>']
     items += [f'<li><a href="#{esc(anchor(p))}">{esc(p)}</a></li>' for p in problems]
     if posterior:
         items.append('<li><a href="#posterior">DAG posterior (BayesDAG Fig. 2)</a></li>')

@@ -116,11 +116,9 @@ def _order_key(mean: float, lower_is_better: bool) -> float:
     return mean if lower_is_better else -mean
 
 
-def rank_intervals(scores: Mapping[str, Scores], lower_is_better: bool, seed: int) -> dict[str, tuple[int, int]]:
-    """Per method with values, its 95% rank interval (1 = best) from :data:`RANK_DRAWS` redraws (see module)."""
+def rank_draws(scores: Mapping[str, Scores], lower_is_better: bool, seed: int) -> tuple[list[str], np.ndarray]:
+    """The methods with values, and their ranks (1 = best) in each of :data:`RANK_DRAWS` redraws (see module)."""
     names = [name for name, s in scores.items() if s.values and not math.isnan(s.mean)]
-    if not names:
-        return {}
     rng = np.random.default_rng(seed)
     known = [n for n in names if not math.isnan(scores[n].se) or not math.isfinite(scores[n].mean)]
     unknown = [n for n in names if n not in known]
@@ -133,17 +131,22 @@ def rank_intervals(scores: Mapping[str, Scores], lower_is_better: bool, seed: in
         else:
             draws[:, j] = key + s.se * rng.standard_t(s.seeds - 1, size=RANK_DRAWS)
     # rank 1 = smallest key; equal keys share the better rank
-    ranks = (draws[:, None, :] < draws[:, :, None]).sum(axis=2) + 1 if known else np.empty((RANK_DRAWS, 0), int)
-    ranks = ranks.astype(int)
+    ranks = ((draws[:, None, :] < draws[:, :, None]).sum(axis=2) + 1).astype(int)
     for _ in unknown:  # insert at a uniform place among the methods ranked so far
-        count = ranks.shape[1]
-        place = rng.integers(1, count + 2, size=RANK_DRAWS)
+        place = rng.integers(1, ranks.shape[1] + 2, size=RANK_DRAWS)
         ranks = np.where(ranks >= place[:, None], ranks + 1, ranks)
         ranks = np.concatenate([ranks, place[:, None]], axis=1)
-    order = known + unknown
+    return known + unknown, ranks
+
+
+def rank_intervals(scores: Mapping[str, Scores], lower_is_better: bool, seed: int) -> dict[str, tuple[int, int]]:
+    """Per method with values, its 95% rank interval (1 = best) from :func:`rank_draws`."""
+    names, ranks = rank_draws(scores, lower_is_better, seed)
+    if not names:
+        return {}
     low = np.quantile(ranks, (1 - LEVEL) / 2, axis=0, method="lower")
     high = np.quantile(ranks, 1 - (1 - LEVEL) / 2, axis=0, method="higher")
-    return {name: (int(lo), int(hi)) for name, lo, hi in zip(order, low, high, strict=True)}
+    return {name: (int(lo), int(hi)) for name, lo, hi in zip(names, low, high, strict=True)}
 
 
 def problem_seed(problem: str) -> int:
