@@ -23,6 +23,7 @@ from suite.core.registry import (
     unknown_name,
 )
 from suite.results.facts import problem_facts
+from suite.run.spec import DEFAULT_SEEDS
 
 #: A method's run settings that are command-line flags, not options (``--no-progress``).
 NOT_OPTIONS = frozenset({"progress"})
@@ -124,9 +125,8 @@ def describe_method(name: str) -> str:
         lines.append("  (a profile's value is what its runs use: its preset fills the options left at null)")
     else:
         lines.append("  none")
-    seeds = [f"{profile} {cls.default_seeds[profile]}" for profile in PROFILES if profile in cls.default_seeds]
-    if seeds:
-        lines += ["", f"Seeds when --seeds is not given: {', '.join(seeds)} (other profiles: the suite's default)"]
+    seeds = [f"{profile} {cls.default_seeds.get(profile, DEFAULT_SEEDS[profile])}" for profile in PROFILES]
+    lines += ["", f"Seeds when --seeds is not given: {', '.join(seeds)}"]
     return "\n".join(lines)
 
 

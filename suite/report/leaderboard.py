@@ -153,7 +153,8 @@ def mean_and_se(values: pd.Series) -> tuple[float, float]:
         return math.nan, math.nan
     if np.isinf(v).any():
         return float(np.mean(v)), math.nan
-    return float(np.mean(v)), float(np.std(v, ddof=1) / math.sqrt(len(v))) if len(v) > 1 else math.nan
+    with np.errstate(over="ignore"):  # a diverged run's 1e200 squares to inf: its SE is inf, said as such
+        return float(np.mean(v)), float(np.std(v, ddof=1) / math.sqrt(len(v))) if len(v) > 1 else math.nan
 
 
 def summary_table(long: pd.DataFrame, problem: str, records: list[dict[str, Any]]) -> pd.DataFrame:

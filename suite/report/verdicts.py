@@ -69,7 +69,8 @@ class Scores:
         v = np.asarray(self.values, dtype=float)
         if len(v) < 2 or not np.isfinite(v).all():
             return math.nan
-        return float(np.std(v, ddof=1) / math.sqrt(len(v)))
+        with np.errstate(over="ignore"):  # values near the float limit: an infinite SE
+            return float(np.std(v, ddof=1) / math.sqrt(len(v)))
 
 
 def mean_interval(values: Sequence[float]) -> tuple[float, float, float]:

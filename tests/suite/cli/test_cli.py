@@ -68,7 +68,7 @@ def test_describe_vti_mcg_lists_every_option_with_its_preset_values(capsys: pyte
             assert cells[-len(PROFILES) + column] == json.dumps(expected), (option, profile)
     (iterations,) = _lines_of(text, "num_iterations")
     assert iterations.split()[1:] == ["int", "|", "None", "null", "150", "3000", "30000"]
-    assert "Seeds when --seeds is not given: quick 1" in text
+    assert "Seeds when --seeds is not given: smoke 2, quick 3, paper 10" in text
 
 
 def test_every_method_describes_every_option() -> None:

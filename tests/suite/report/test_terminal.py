@@ -98,7 +98,7 @@ def test_the_default_runs_records_print_within_120_columns_unless_wide(tmp_path:
     shutil.copytree(quick_records_dir(), out / "records")
     add_missing_facts(out)
     records = load_records(out)
-    assert len(records) == 119
+    assert len(records) == 198
     compact, wide = write_report_texts(records, out, "quick")  # what write_report prints without and with wide
     shown = compact.replace(str(out), "results/quick")  # the folder as a user names it, not pytest's temporary path
     assert max(len(line) for line in shown.splitlines()) <= WIDTH

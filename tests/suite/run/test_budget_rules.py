@@ -148,7 +148,7 @@ def test_the_leaderboard_scores_an_over_budget_run_at_the_budget_and_never_stars
     assert list(table["method"]) == ["honest", "late"]
     assert dict(zip(table["method"], table["over_budget"], strict=True)) == {"honest": 0, "late": 2}
     assert list(display_table(table)["over_budget"]) == ["", "2/2"]
-    assert "`late` " in results_table(records) and "(over budget)" in results_table(records)
+    assert "`honest` " in results_table(records) and "`late`" not in results_table(records)  # separated, worse
 
     page = render_page(records, tmp_path)
     row = page.split('data-problem="sas"', 1)[1].split("</tr>", 1)[0]
