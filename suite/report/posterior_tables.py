@@ -111,14 +111,18 @@ def posterior_table(records: list[dict[str, Any]]) -> pd.DataFrame:
     if values.empty:
         return pd.DataFrame(columns=columns)
     failed: dict[tuple[str, str], int] = {}
+    studied = set(values["problem"])
     for record in records:
-        if record["problem"] in set(values["problem"]) and record["status"] not in ("ok", NOT_APPLICABLE):
+        if record["problem"] in studied and record["status"] not in ("ok", NOT_APPLICABLE):
             key = (record["problem"], str(record["method"]))
             failed[key] = failed.get(key, 0) + 1
-    ok = [r for r in records if r["status"] == "ok"]
+    ok: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in records:
+        if r["status"] == "ok" and r["problem"] in studied:
+            ok.setdefault((r["problem"], str(r["method"])), []).append(r)
     rows, computed_nan = [], []
     for (problem, method), group in values.groupby(["problem", "method"], sort=True):
-        runs = [r for r in ok if r["problem"] == problem and str(r["method"]) == method]
+        runs = ok.get((problem, method), [])
         row: dict[str, Any] = {
             "problem": problem,
             "label": group["label"].iloc[0],

@@ -5,9 +5,9 @@ Written by ``tdbench report`` as ``summary.csv``, ``summary.md`` and ``summary.p
 ``index.html``. The rules (stated in ``summary.md`` too):
 
 - A method's **mean rank** is the mean, over the problems it ran, of its rank among the methods that ran that
-  problem (1 = best mean of the main metric; :mod:`suite.report.verdicts`). Problems it does not apply to, or
-  where every run failed, are left out of its mean, not counted as last, so compare mean ranks together with
-  ``problems`` and the number of methods each problem had. The 95% interval redraws every problem's ranks
+  problem (1 = best mean of the main metric; :mod:`suite.report.verdicts`). Problems it does not apply to, where
+  every run failed or where it has no value of the main metric are left out of its mean, not counted as last, so
+  compare mean ranks together with ``problems`` and the number of methods each problem had. The 95% interval redraws every problem's ranks
   (:func:`suite.report.verdicts.rank_draws`, independently per problem) and averages them again.
 - **Best groups**: on how many of its problems the method is tied with the best (``tied_with_best``).
 - **Performance profile** (Dolan & Moré 2002): per problem whose main metric has a stated accuracy
@@ -32,11 +32,12 @@ from suite.report.verdicts import LEVEL, problem_seed, rank_draws
 COLUMNS = ["method", "problems", "mean_rank", "mean_rank_low", "mean_rank_high", "best_groups", "best_share"]
 RULES = (
     "Mean rank: over the problems a method ran, its rank among the methods that ran each problem (1 = best mean "
-    "of the main metric); problems it does not apply to or where every run failed are left out, not counted as "
-    "last. 95% interval: every problem's ranks redrawn from the seeds' t sampling distributions, averaged again. "
-    "Best groups: problems where it is tied with the best. Performance profile (summary.png, right): the share of "
-    "a method's problems on which it reached the stated accuracy within tau times the fastest method's time "
-    "(median over seeds); problems no method solved are left out."
+    "of the main metric); problems it does not apply to, where every run failed or where it has no value of the "
+    "main metric (a point estimate has no model probabilities) are left out, not counted as last. 95% interval: "
+    "every problem's ranks redrawn from the seeds' t sampling distributions, averaged again. Best groups: "
+    "problems where it is tied with the best. Performance profile (summary.png, right): the share of a method's "
+    "problems on which it reached the stated accuracy within tau times the fastest method's time (median over "
+    "seeds); problems no method solved are left out."
 )
 
 
@@ -135,10 +136,12 @@ def plot_summary(table: pd.DataFrame, ratios: pd.DataFrame, path: Path) -> Path 
         finite = ratios["ratio"][np.isfinite(ratios["ratio"])]
         top = max(float(finite.max()) * 1.5, 2.0)
         taus = np.geomspace(1.0, top, 200)
-        for method in table["method"]:
+        colours = plt.get_cmap("tab20")
+        for i, method in enumerate(table["method"]):
             mine = ratios.loc[ratios["method"] == method, "ratio"]
             if len(mine):
-                right.step(taus, profile_curve(mine, taus), where="post", label=method)
+                style = {"color": colours(i % 20), "linestyle": ("-", "--", ":")[(i // 20) % 3]}
+                right.step(taus, profile_curve(mine, taus), where="post", label=method, **style)
         right.set_xscale("log")
         right.set_ylim(-0.02, 1.02)
         right.legend(fontsize=7, loc="lower right")
