@@ -76,3 +76,23 @@ class NaNModelVS(ConjugateVS):
     def log_joint(self, model_index: Tensor, theta: Tensor) -> Tensor:
         """The conjugate model's log density, NaN in model ``bad_model``."""
         return nan_in_model(super().log_joint(model_index, theta), model_index, self.bad_model)
+
+
+class PartlyNaNModelVS(NaNModelVS):
+    """:class:`NaNModelVS` whose log density is NaN on only about 5% of its bad model's parameter space: thin
+    stripes of the sum of its coefficients (issue 51: a check of 8 points per model missed it; four methods were
+    scored ok)."""
+
+    name = "conjugate-vs-partly-nan-model"
+
+    def log_joint(self, model_index: Tensor, theta: Tensor) -> Tensor:
+        """The conjugate model's log density, NaN in model ``bad_model`` where sum(theta) lies in one stripe of 20."""
+        log_joint = ConjugateVS.log_joint(self, model_index, theta)
+        stripe = in_stripe(theta)
+        bad = (model_index == self.bad_model).reshape(log_joint.shape) & stripe.reshape(log_joint.shape)
+        return torch.where(bad, torch.full_like(log_joint, torch.nan), log_joint)
+
+
+def in_stripe(theta: Tensor) -> Tensor:
+    """Whether sum(theta) lies in one of every 20 stripes of width 0.001: about 5% of any smooth distribution."""
+    return torch.remainder(torch.floor(theta.sum(-1) * 1000.0), 20) == 0

@@ -26,6 +26,7 @@ from suite.cli.arguments import (
 )
 from suite.cli.describe import UnknownName, describe
 from suite.cli.run_command import print_registry, report_folder, run, run_all
+from suite.cli.safe_output import escaped_output
 from suite.run import PlannedRun, Skipped, UsageError
 from suite.run.grid import LOST
 from suite.studies import STUDIES, Study
@@ -150,6 +151,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     ``prog`` names the command in usage lines and errors: by default the command typed, or for a call with
     ``argv`` given, ``tdbench`` with a subcommand and ``run_all.py`` without.
     """
+    with escaped_output():
+        return _main(argv, prog)
+
+
+def _main(argv: list[str] | None, prog: str | None) -> int:
     arguments = sys.argv[1:] if argv is None else list(argv)
     # `run` takes no positional arguments: a first word is a subcommand (a misspelt one is refused by name).
     subcommand = bool(arguments) and (not arguments[0].startswith("-") or arguments[0] in ("-h", "--help"))

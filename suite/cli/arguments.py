@@ -24,6 +24,7 @@ from suite.core.registry import (
     problem_class,
     refusal,
 )
+from suite.results.records import MAX_JSON_DEPTH, json_depth_over
 from suite.run import Execution, GridSpec, UsageError
 from suite.run.spec import CLUSTERS, EXECUTORS
 
@@ -187,7 +188,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--checkpoint-dir",
-        type=Path,
+        type=functools.partial(out_folder, what="checkpoint folder", example="/scratch/me/checkpoints"),
         default=None,
         metavar="DIR",
         help="where long runs save their checkpoints (default OUT/checkpoints; with --executor dask a path all "
@@ -216,6 +217,20 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: Characters of a flag's value quoted in a refusal (the rest is counted, not repeated).
+QUOTED_CHARACTERS = 120
+
+
+def shortened(text: str, limit: int = QUOTED_CHARACTERS) -> str:
+    """``text``, or its first ``limit`` characters and how many more there are, for quoting in a message.
+
+    Example:
+        >>> shortened("x" * 200, 5)
+        'xxxxx... (195 more characters)'
+    """
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
 def _parse_assignments(
     items: list[str],
     flag: str,
@@ -229,8 +244,9 @@ def _parse_assignments(
     Values are read as JSON, else as text, and must fit the option's type hint.
     """
     options: dict[str, dict[str, Any]] = {}
-    for item in items:
-        target, sep, text = item.partition("=")
+    for whole in items:
+        item = shortened(whole)
+        target, sep, text = whole.partition("=")
         name, dot, key = target.rpartition(".")
         if not sep or not dot:
             raise UsageError(f"{flag} {item!r}: expected {kind.upper()}.NAME=VALUE, e.g. {example}")
@@ -242,12 +258,17 @@ def _parse_assignments(
             raise UsageError(f"{flag} {item!r}: {name} has no option {key!r}; valid: {', '.join(fields) or 'none'}")
         try:
             value = json.loads(text)
-        except json.JSONDecodeError:
-            value = text
+            too_deep = json_depth_over(value)
+        except ValueError:  # not JSON (or an integer of more than 4,300 digits): the text as typed
+            value, too_deep = text, False
+        except RecursionError:
+            too_deep = True
+        if too_deep:
+            raise UsageError(f"{flag} {item!r}: the value nests lists or objects more than {MAX_JSON_DEPTH} deep")
         try:
             value = check_option(name, key, value, fields[key], text)
         except OptionError as exc:
-            raise UsageError(f"{flag} {item!r}: {exc}") from None
+            raise UsageError(f"{flag} {item!r}: {shortened(str(exc), 2 * QUOTED_CHARACTERS)}") from None
         options.setdefault(name, {})[key] = value
     return options
 
@@ -354,19 +375,21 @@ SCRATCH_TREES = ("/dev/shm",)
 SYSTEM_FOLDERS = ("/", "/home", "/opt", "/root", "/run", "/srv", "/var")
 
 
-def out_folder(text: str) -> Path:
+def out_folder(text: str, what: str = "results folder", example: str = "results/quick") -> Path:
     """``--out``'s value as a path, refused (with the reason) where a results folder must never be.
+
+    ``--checkpoint-dir`` is checked by the same rules (``what`` and ``example`` name it in the message).
 
     Refused: an empty name (which would mean the current folder); the file system's root and the system folders
     (:data:`SYSTEM_FOLDERS`, and anything inside :data:`SYSTEM_TREES`); and, in a source checkout of tdbench, any
     folder inside the repository but outside its ``results/`` (the repository root itself is refused by ``run``).
     """
     if not text.strip():
-        raise argparse.ArgumentTypeError("the results folder must be named (an empty name means the current folder)")
+        raise argparse.ArgumentTypeError(f"the {what} must be named (an empty name means the current folder)")
     path = Path(text)
     reason = unsafe_out_reason(path)
     if reason is not None:
-        raise argparse.ArgumentTypeError(f"{text!r} {reason}; give a results folder, e.g. results/quick")
+        raise argparse.ArgumentTypeError(f"{text!r} {reason}; give a {what}, e.g. {example}")
     return path
 
 

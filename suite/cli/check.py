@@ -2,7 +2,9 @@
 
 Meant for plug-in authors (docs/plugins.md): the checks the suite's own tests run on the built-ins
 (:mod:`suite.run.problem_checks`, :mod:`suite.run.method_checks`), from the installed package. Exit status 0 when
-every check passes (skips allowed), 1 when one fails, 2 for an unknown name or bad arguments.
+every check passes (skips allowed), 1 when one fails, 2 for an unknown name or bad arguments. Each check has a
+deadline (``--deadline``, :data:`suite.run.conformance.CHECK_DEADLINE_S`): one that runs past it fails for
+overtime, and the checks after it are failed as not run.
 """
 
 from __future__ import annotations
@@ -22,11 +24,14 @@ from suite.core.registry import (
     problem_class,
     unknown_name,
 )
-from suite.run import UsageError
+from suite.run import UsageError, conformance
 from suite.run.conformance import CheckResult
 from suite.run.method_checks import CHECK_BUDGET_S, check_method
 from suite.run.problem_checks import check_problem
 from suite.run.spec import parse_names
+
+#: The longest deadline of one check (7 days; a thread's wait takes no more than ``threading.TIMEOUT_MAX``).
+MAX_DEADLINE_S = 604_800
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -51,6 +56,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         metavar="SECONDS",
         help=f"compute seconds of the budget check (default {CHECK_BUDGET_S:g})",
     )
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=conformance.CHECK_DEADLINE_S,
+        metavar="SECONDS",
+        help=f"seconds one check may run before it fails for overtime; the checks after it are not run (default "
+        f"{conformance.CHECK_DEADLINE_S:g})",
+    )
     return parser
 
 
@@ -60,7 +73,7 @@ def _print(result: CheckResult) -> CheckResult:
 
 
 def main(arguments: list[str] | None = None, prog: str = "tdbench check") -> int:
-    """``tdbench check NAME [--problems A,B] [--time-budget S]``; the exit status."""
+    """``tdbench check NAME [--problems A,B] [--time-budget S] [--deadline S]``; the exit status."""
     args = build_parser(prog).parse_args(arguments)
     name = args.name
     is_problem, is_method = name in available_problems(), name in available_methods()
@@ -69,6 +82,9 @@ def main(arguments: list[str] | None = None, prog: str = "tdbench check") -> int
         return 2
     if not args.time_budget > 0:
         print(f"{prog}: error: --time-budget must be a positive number of seconds", file=sys.stderr)
+        return 2
+    if not 0 < args.deadline <= MAX_DEADLINE_S:
+        print(f"{prog}: error: --deadline must be positive, at most {MAX_DEADLINE_S} seconds", file=sys.stderr)
         return 2
     try:
         problems = None if args.problems is None else parse_names(args.problems, available_problems(), "problem")
@@ -79,10 +95,11 @@ def main(arguments: list[str] | None = None, prog: str = "tdbench check") -> int
     results: list[CheckResult] = []
     if is_problem:
         print(f"problem {name} (distribution {describe_origin(code_origin(problem_class(name)))})", flush=True)
-        results += [_print(result) for result in check_problem(make_problem(name))]
+        results += [_print(result) for result in check_problem(make_problem(name), args.deadline)]
     if is_method:
         print(f"method {name} (distribution {describe_origin(code_origin(method_class(name)))})", flush=True)
-        results += [_print(result) for result in check_method(make_method(name), problems, args.time_budget)]
+        checks = check_method(make_method(name), problems, args.time_budget, args.deadline)
+        results += [_print(result) for result in checks]
     failed = sum(result.failed for result in results)
     seconds = time.perf_counter() - started
     print(f"{len(results) - failed} of {len(results)} checks passed or skipped, {failed} failed ({seconds:.0f} s)")

@@ -11,6 +11,7 @@ import typing
 from typing import Any
 
 from suite.core import reference_store
+from suite.core.guards import support_reason
 from suite.core.method import PROFILES, Method
 from suite.core.options import method_annotations, problem_annotations
 from suite.core.problem import Problem
@@ -183,7 +184,7 @@ def describe_problem(name: str) -> str:
         reason = problem.unavailable_reason() or reference_store.reference_problem(problem)
         if reason:
             lines += textwrap.wrap(f"Unavailable here: {reason}", 120, break_long_words=False, break_on_hyphens=False)
-        skipped = [(method, make_method(method).supports(problem)) for method in available_methods()]
+        skipped = [(method, support_reason(make_method(method), problem)) for method in available_methods()]
         skipped = [(method, why) for method, why in skipped if why]
         if skipped:
             lines += ["", "Methods that do not apply:", *(f"  {method}: {why}" for method, why in skipped)]

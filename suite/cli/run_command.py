@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from suite.cli.arguments import build_parser, grid_from_args
-from suite.core import reference_store
+from suite.core import data, reference_store
 from suite.core.device import tune_allocator
 from suite.core.registry import (
     available_methods,
@@ -26,7 +26,16 @@ from suite.run.shards import dry_run_line
 
 
 def print_registry() -> None:
-    """Print every registered problem and method with its one-line description, then the plug-ins not registered."""
+    """Print every registered problem and method with its one-line description, then the plug-ins not registered.
+
+    Nothing is downloaded: a problem whose data file is not downloaded yet says so.
+    """
+    with data.downloads_deferred():
+        _print_registry()
+
+
+def _print_registry() -> None:
+    """:func:`print_registry` once downloads are deferred."""
     problems, methods = available_problems(), available_methods()
     width = max(map(len, [*problems, *methods]))
     print("Problems (`tdbench describe NAME` for the full text):")
@@ -52,6 +61,21 @@ def report_path_line(out: Path) -> str:
     return f"Report: {page}" if page.is_file() else f"Results: {out}/"
 
 
+#: Errors of writing into a folder that the user can fix (issue 51, H12), as said to them.
+UNWRITABLE = {
+    errno.ENOSPC: "disk full",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+}
+
+
+def unwritable(exc: OSError) -> str | None:
+    """What an error of writing the results means to the user, or None when it is not one of :data:`UNWRITABLE`."""
+    return UNWRITABLE.get(exc.errno) if exc.errno is not None else None
+
+
 def report_folder(out: Path, wide: bool, prog: str) -> int:
     """``tdbench report DIR`` and ``run_all.py --report-only``: the report of ``out``'s records; the exit code."""
     try:
@@ -60,9 +84,10 @@ def report_folder(out: Path, wide: bool, prog: str) -> int:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        if exc.errno != errno.ENOSPC:
+        why = unwritable(exc)
+        if why is None:
             raise
-        print(f"{prog}: error: disk full while writing {exc.filename or out}", file=sys.stderr)
+        print(f"{prog}: error: {why} while writing {exc.filename or out}; the records are unchanged", file=sys.stderr)
         return 1
     print(text)
     print(report_path_line(out))
@@ -99,9 +124,13 @@ def _run(args: argparse.Namespace, prog: str) -> int:
     try:
         spec, execution = grid_from_args(args)
         if args.dry_run:
-            grid = plan_grid(spec, execution)
+            with data.downloads_deferred():  # a plan names the data files not downloaded yet, and fetches none
+                grid = plan_grid(spec, execution, dry_run=True)
             for note in grid.placement.notes:
                 print(note)
+            for skipped in grid.skipped:
+                if skipped.method is None:  # on stderr: stdout is the planned runs, one JSON object a line
+                    print(skipped, file=sys.stderr)
             for planned in grid.runs:
                 print(dry_run_line(planned.key, rec.is_finished(execution.out, planned.key)))
             return 0
@@ -114,10 +143,11 @@ def _run(args: argparse.Namespace, prog: str) -> int:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        if exc.errno != errno.ENOSPC:
+        why = unwritable(exc)
+        if why is None:
             raise
         where = exc.filename or execution.out
-        print(f"{prog}: error: disk full while writing {where}; finished records are kept", file=sys.stderr)
+        print(f"{prog}: error: {why} while writing {where}; finished records are kept", file=sys.stderr)
         return 1
     print(f"Total time {outcome.seconds:.1f} s")
     status = _summarise(outcome, prog)

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from suite.core.files import CHECKPOINTS_DIR, TEMPORARY_SUFFIX, temporary_prefix
+from suite.core.files import CHECKPOINTS_DIR, TEMPORARY_SUFFIX, give_ordinary_mode, temporary_prefix
 
 #: Default seconds between two saves of a run in progress.
 DEFAULT_EVERY_S = 300.0
@@ -69,6 +69,7 @@ class CheckpointSlot:
         prefix = temporary_prefix(self.path.name)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=prefix, suffix=TEMPORARY_SUFFIX)
         try:
+            give_ordinary_mode(fd)
             with os.fdopen(fd, "wb") as handle:
                 torch.save(state, handle)
                 handle.flush()

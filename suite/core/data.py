@@ -4,14 +4,18 @@ Data files are never committed. :func:`locate` looks for a file, in order, in ea
 environment variable (``os.pathsep``-separated), in the cache folder (``TDBENCH_CACHE``, by default the user's cache
 folder, e.g. ``~/.cache/tdbench``) and in ``../shared/data`` beside the repository; when it is in none of them it
 downloads it from the registry's URL (:mod:`suite.core.data_registry`) into the cache, unless ``TDBENCH_OFFLINE`` is
-set. Every file is checked against its SHA-256. A problem whose file is missing or corrupt reports itself unavailable
-with :func:`unavailable_reason`, naming the file, where to put it and where it comes from. See docs/data.md.
+set, and never while problems are listed or a grid is planned (:func:`downloads_deferred`). Every file is checked
+against its size, then its SHA-256. A problem whose file is missing or corrupt reports itself unavailable with
+:func:`unavailable_reason`, naming the file, where to put it and where it comes from. See docs/data.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+from collections.abc import Iterator
+from contextvars import ContextVar
 from pathlib import Path
 
 from suite.core import data_download
@@ -26,8 +30,10 @@ __all__ = [
     "URL_VAR",
     "DataFile",
     "DataUnavailable",
+    "downloads_deferred",
     "fetch",
     "find",
+    "intact",
     "locate",
     "search_folders",
     "search_path",
@@ -50,6 +56,10 @@ class DataUnavailable(FileNotFoundError):
 #: Downloads on first use that failed in this process, by (file, URL), with the message: :func:`locate` does not try
 #: them again (problems ask more than once); :func:`fetch` always does.
 _FAILED: dict[tuple[str, str], str] = {}
+#: What a problem's reason says when its data file is missing while downloads are deferred (a dry run plans on).
+NOT_DOWNLOADED_YET = "is not downloaded yet"
+#: True within :func:`downloads_deferred`: a missing file is reported as not downloaded yet.
+_DEFERRED: ContextVar[bool] = ContextVar("tdbench_downloads_deferred", default=False)
 
 
 def cache_folder() -> Path:
@@ -95,6 +105,26 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+def intact(path: Path, spec: DataFile) -> bool:
+    """Whether a file is the registry's: its size first (a file of another size is not read), then its SHA-256."""
+    if spec.size and path.stat().st_size != spec.size:
+        return False
+    return sha256_of(path) == spec.sha256
+
+
+@contextlib.contextmanager
+def downloads_deferred() -> Iterator[None]:
+    """Within the block (listing problems, planning a dry run) a missing file is not downloaded on first use.
+
+    :func:`locate` and :func:`unavailable_reason` then say that the file is not downloaded yet, and how to get it.
+    """
+    token = _DEFERRED.set(True)
+    try:
+        yield
+    finally:
+        _DEFERRED.reset(token)
+
+
 def find(name: str) -> tuple[str, Path] | None:
     """(label, path) of the first copy of a known file in the search folders, unchecked; None if there is none."""
     spec_for(name)
@@ -110,8 +140,11 @@ def fetch(name: str) -> Path:
     url = source_url(spec)
     if not url:
         raise DataUnavailable(f"data file {name!r} has no download URL; it is: {spec.origin}")
+    cached = cache_folder() / name
+    if cached.is_file() and not intact(cached, spec):
+        cached.unlink()  # else pooch hashes all of it first (a large corrupt copy: minutes)
     try:
-        path = data_download.download(url, spec.sha256, cache_folder(), name)
+        path = data_download.download(url, spec.sha256, cache_folder(), name, spec.size)
     except DownloadFailed as exc:
         raise DataUnavailable(str(exc)) from exc
     _FAILED.pop((name, url), None)
@@ -119,20 +152,23 @@ def fetch(name: str) -> Path:
 
 
 def _checked(label: str, path: Path, spec: DataFile) -> Path:
-    if sha256_of(path) == spec.sha256:
+    if intact(path, spec):
         return path
+    size = path.stat().st_size
+    sizes = f" (it has {size} bytes, the original {spec.size})" if spec.size and size != spec.size else ""
     remedy = (
         f"'tdbench data fetch {spec.name}' replaces it"
         if label == "cache"
         else f"replace it with the original file ({spec.origin}) from {source_url(spec) or 'its source'}"
     )
-    raise DataUnavailable(f"{path} does not match the expected SHA-256 {spec.sha256[:12]}...; {remedy}")
+    raise DataUnavailable(f"{path} does not match the expected SHA-256 {spec.sha256[:12]}...{sizes}; {remedy}")
 
 
 def locate(name: str, download: bool | None = None) -> Path:
-    """Path of a known data file, checked against its SHA-256, downloaded into the cache if it is nowhere.
+    """Path of a known data file, checked against its size and SHA-256, downloaded into the cache if it is nowhere.
 
-    ``download`` None downloads unless ``TDBENCH_OFFLINE`` is set. Raises DataUnavailable saying what to do.
+    ``download`` None downloads unless ``TDBENCH_OFFLINE`` is set or within :func:`downloads_deferred`. Raises
+    DataUnavailable saying what to do.
     """
     spec = spec_for(name)
     found = find(name)
@@ -145,6 +181,11 @@ def locate(name: str, download: bool | None = None) -> Path:
         raise DataUnavailable(
             f"data file {name!r} not found; put it in {where} (or point {ENV_VAR} at its folder), or download it "
             f"with 'tdbench data fetch {name}'{why}. It is: {spec.origin}"
+        )
+    if download is None and _DEFERRED.get():
+        raise DataUnavailable(
+            f"data file {name!r} {NOT_DOWNLOADED_YET} (listing and planning do not download): 'tdbench run' "
+            f"downloads it on first use, 'tdbench data fetch {name}' does now. It is: {spec.origin}"
         )
     attempt = (name, source_url(spec))
     if attempt in _FAILED:
@@ -160,7 +201,7 @@ def locate(name: str, download: bool | None = None) -> Path:
 
 
 def unavailable_reason(*names: str) -> str | None:
-    """None when every named file is present and intact (downloading a missing one), else the first one's message."""
+    """None when every named file is present and intact (downloading a missing one unless deferred), else why not."""
     for name in names:
         try:
             locate(name)

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from suite.core import data
@@ -24,7 +28,7 @@ def status(name: str) -> tuple[str, str, Path | None]:
     if found is None:
         return "missing", "", None
     label, path = found
-    return ("present" if data.sha256_of(path) == KNOWN_FILES[name].sha256 else "corrupt"), label, path
+    return ("present" if data.intact(path, KNOWN_FILES[name]) else "corrupt"), label, path
 
 
 def search_order() -> str:
@@ -49,8 +53,36 @@ def list_files() -> int:
     return 0
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM during ``tdbench data fetch``, raised like Ctrl-C so that the download in progress is unwound."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Within the block SIGTERM (``timeout``, a scheduler) raises :class:`Terminated` in the main thread.
+
+    Its default action ends the process at once, leaving the temporary file of a download in the cache.
+    """
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
 def fetch_files(names: list[str], prog: str) -> int:
-    """Download the named files (by default every one not present and intact) into the cache; the exit code."""
+    """Download the named files (by default every one not present and intact) into the cache; the exit code.
+
+    Ctrl-C (SIGTERM likewise) stops it with one line saying so and exit status 130 (143); the file being downloaded
+    is not kept, those downloaded before it are.
+    """
     unknown = [name for name in names if name not in KNOWN_FILES]
     if unknown:
         print(
@@ -62,18 +94,34 @@ def fetch_files(names: list[str], prog: str) -> int:
         print(f"All {len(KNOWN_FILES)} data files are present and intact.")
         return 0
     failed = 0
-    for name in wanted:
-        state, _, path = status(name)
-        if state == "present":
-            print(f"{name}: present at {path}")
-            continue
-        try:
-            print(f"{name}: downloaded to {data.fetch(name)}")
-            data.locate(name, download=False)
-        except data.DataUnavailable as exc:
-            print(f"{prog}: {exc}", file=sys.stderr)
-            failed += 1
+    with sigterm_interrupts():
+        for name in wanted:
+            try:
+                if not fetch_one(name, prog):
+                    failed += 1
+            except KeyboardInterrupt as exc:
+                signum = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+                print(
+                    f"{prog}: interrupted by {signum.name} while downloading {name!r}; nothing of it was kept",
+                    file=sys.stderr,
+                )
+                return 128 + signum
     return 1 if failed else 0
+
+
+def fetch_one(name: str, prog: str) -> bool:
+    """Download one file unless it is present and intact, printing where it is; whether it is there now."""
+    state, _, path = status(name)
+    if state == "present":
+        print(f"{name}: present at {path}")
+        return True
+    try:
+        print(f"{name}: downloaded to {data.fetch(name)}")
+        data.locate(name, download=False)
+    except data.DataUnavailable as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return False
+    return True
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:

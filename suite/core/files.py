@@ -1,15 +1,19 @@
-"""Atomic writes: the temporary files every writer fills before renaming them, and the checkpoint folder's name."""
+"""Atomic writes (the temporary files every writer fills before renaming them), safe reads of files others may
+have planted, and the checkpoint folder's name."""
 
 from __future__ import annotations
 
 import errno
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 #: Folder of resumable checkpoints under a results folder.
 CHECKPOINTS_DIR = "checkpoints"
+#: Flags of every read of a file named by a results or reference folder: no following a link, no waiting on a FIFO.
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
 #: Suffix of a temporary file (written, flushed, then renamed over its final name).
 TEMPORARY_SUFFIX = ".tmp"
 
@@ -52,14 +56,22 @@ def make_temporary(final: Path) -> Path:
     """
     fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(final.name), suffix=TEMPORARY_SUFFIX, dir=final.parent)
     try:
-        if hasattr(os, "fchmod"):
-            os.fchmod(fd, 0o666 & ~current_umask())
+        give_ordinary_mode(fd)
     except BaseException:
         os.close(fd)
         Path(tmp).unlink(missing_ok=True)
         raise
     os.close(fd)
     return Path(tmp)
+
+
+def give_ordinary_mode(fd: int) -> None:
+    """Give the open file ``fd`` the mode an ordinary new file has (0666 less the umask); mkstemp makes it 0600.
+
+    Every file the suite writes (records, draws, checkpoints, the report) has these permissions: one rule.
+    """
+    if hasattr(os, "fchmod"):
+        os.fchmod(fd, 0o666 & ~current_umask())
 
 
 def current_umask() -> int:
@@ -77,9 +89,14 @@ def current_umask() -> int:
 
 
 def write_temporary(final: Path, payload: bytes) -> Path:
-    """``payload`` in a synced temporary file beside ``final`` (named by :func:`temporary_prefix`); its path."""
+    """``payload`` in a synced temporary file beside ``final`` (named by :func:`temporary_prefix`); its path.
+
+    Like :func:`make_temporary`'s, the file gets an ordinary new file's mode (0666 less the umask): every file the
+    suite writes, records included, has the same permissions (issue 51).
+    """
     fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(final.name), suffix=TEMPORARY_SUFFIX, dir=final.parent)
     try:
+        give_ordinary_mode(fd)
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
             handle.flush()
@@ -98,3 +115,29 @@ def write_bytes_atomically(path: Path, payload: bytes) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def read_regular_bytes(path: Path, limit: int, follow_links: bool = False) -> bytes:
+    """The bytes of ``path`` if it is a regular file of at most ``limit`` bytes; OSError otherwise.
+
+    The file is opened without blocking (a FIFO or a device named like a record or a reference is refused, never
+    waited on) and, unless ``follow_links``, without following a symbolic link; its type is checked on the open
+    file.
+    """
+    if not follow_links and Path(path).is_symlink():  # O_NOFOLLOW's ELOOP would not say why
+        raise OSError(errno.ELOOP, "a symbolic link, not a regular file", str(path))
+    flags = _READ_FLAGS & ~getattr(os, "O_NOFOLLOW", 0) if follow_links else _READ_FLAGS
+    fd = os.open(path, flags)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        if info.st_size > limit:
+            raise OSError(errno.EFBIG, f"{info.st_size} bytes, more than {limit}", str(path))
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"more than {limit} bytes", str(path))
+    return data

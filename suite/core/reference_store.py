@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from suite.core.files import read_regular_bytes
 from suite.core.types import Draws, ModelProbs
 
 if TYPE_CHECKING:
@@ -70,6 +71,9 @@ if TYPE_CHECKING:
 SHIPPED_DIR = Path(__file__).resolve().parents[1] / "reference" / "shipped"
 ENV_VAR = "TDBENCH_REFERENCES"
 FORMAT_VERSION = 1
+#: Largest reference files read: the arrays (the shipped ones are at most a few MB) and the description beside them.
+MAX_REFERENCE_BYTES = 4 * 1024**3
+MAX_REFERENCE_JSON_BYTES = 64 * 1024 * 1024
 #: Largest allowed |sum of p(m | D) - 1| of a stored reference.
 PROB_SUM_TOLERANCE = 1e-6
 #: Arrays every reference holds (``model_index`` is optional).
@@ -306,11 +310,11 @@ def _read_files(npz_path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray], 
     """
     json_path = npz_path.with_suffix(".json")
     try:
-        json_bytes = json_path.read_bytes()
+        json_bytes = read_regular_bytes(json_path, MAX_REFERENCE_JSON_BYTES, follow_links=True)
         meta = json.loads(json_bytes.decode())
     except FileNotFoundError:
         raise InvalidReferenceError(f"reference {npz_path} has no {json_path.name} beside it") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise InvalidReferenceError(f"unreadable reference {json_path}: {type(exc).__name__}: {exc}") from None
     if not isinstance(meta, dict):
         raise InvalidReferenceError(f"invalid reference {json_path}: a JSON {type(meta).__name__}, not an object")
@@ -319,7 +323,7 @@ def _read_files(npz_path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray], 
     if not isinstance(meta.get("problem"), str) or not isinstance(meta.get("config"), dict):
         raise InvalidReferenceError(f"invalid reference {json_path}: needs a problem name and a config object")
     try:
-        npz_bytes = npz_path.read_bytes()
+        npz_bytes = read_regular_bytes(npz_path, MAX_REFERENCE_BYTES, follow_links=True)
         with np.load(io.BytesIO(npz_bytes), allow_pickle=False) as arrays:
             data = {k: arrays[k] for k in arrays.files}
     except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile, zlib.error) as exc:

@@ -119,6 +119,11 @@ def code_origin(cls: type) -> dict[str, str] | None:
     return _ORIGINS.get(cls) or module_origin(cls.__module__)
 
 
+def from_entry_point(cls: type) -> bool:
+    """Whether ``cls`` was registered from a plug-in's entry point (or by a module an entry point names)."""
+    return cls in _ORIGINS
+
+
 def _load_entry_points(group: str, table: dict[str, type], base: type) -> list[LoadProblem]:
     """Register the entry points of ``group``; those refused or broken (:mod:`suite.core.plugins`)."""
     kind = base.__name__.lower()

@@ -16,12 +16,12 @@ before anything is written, with the command that adds them.
 from __future__ import annotations
 
 import importlib.util
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from suite.core.files import write_atomically
+from suite.report.configurations import label_configurations
 from suite.report.curves import plot_curves
 from suite.report.dag_tables import dag_tables
 from suite.report.leaderboard import (
@@ -97,6 +97,7 @@ def _write_artefacts(records: list[dict[str, Any]], out: Path, profile: str | No
         return lambda wide: NOTHING
     check_facts(records, out)
     records = sorted(records, key=_sort_key)  # the same files whatever order the runs finished in
+    as_recorded, records = records, label_configurations(records)  # a row per configuration
     if profile is None:
         profiles = {str((r.get("budget") or {}).get("profile")) for r in records if r["status"] != NOT_APPLICABLE}
         profile = profiles.pop() if len(profiles) == 1 and "None" not in profiles else None
@@ -131,7 +132,7 @@ def _write_artefacts(records: list[dict[str, Any]], out: Path, profile: str | No
         text = "# Negative ELBO against the source papers\n\n" + format_reported_comparison(comparison)
         write_atomically(out / "reported_comparison.md", lambda path: path.write_text(text))
     write_summary(records, tables, out)
-    _write_optional("suite.results.table", "write_results_table", records, out)
+    _write_optional("suite.results.table", "write_results_table", as_recorded, out)
     _write_optional("suite.report.html", "write_index", records, out, profile)
     return lambda wide: render(
         records, tables, sweeps, dags, comparison, out, profile, wide, pictures, SWEEP_METRIC, posterior
@@ -154,7 +155,7 @@ def stored_not_applicable(out: Path, records: list[dict[str, Any]]) -> list[dict
     if not path.is_file():
         return []
     try:
-        rows = json.loads(path.read_text())
+        rows = rec.read_json(path)
         if not isinstance(rows, list):
             raise ValueError(f"a JSON {type(rows).__name__}, not a list")
         for row in rows:

@@ -37,6 +37,7 @@ from suite.report.leaderboard import (
     problem_facts,
     reference_kind,
     reported_comparison,
+    shown_reason,
     summary_table,
     trace_note,
     verdict_line,
@@ -357,7 +358,7 @@ def _failure_items(problem: str, method: str, records: list[dict[str, Any]]) -> 
     items = []
     for rec in records:
         if rec["problem"] == problem and rec["method"] == method and rec["status"] not in ("ok", NOT_APPLICABLE):
-            reason = rec.get("reason") or "no reason recorded"
+            reason = shown_reason(str(rec.get("reason") or "no reason recorded"))
             items.append(
                 f'<li><a href="#{esc(anchor(problem))}">{esc(problem)}</a> / {esc(method)} / seed '
                 f"{esc(rec.get('seed'))}: {esc(reason)}</li>"

@@ -15,7 +15,9 @@ import numpy as np
 import pandas as pd
 
 from suite.core.files import write_atomically
+from suite.report.configurations import configuration_notes
 from suite.report.verdicts import Scores, problem_seed, tie_text, verdicts
+from suite.results import schema
 from suite.results.records import NOT_APPLICABLE, over_budget
 
 LONG_COLUMNS = ["problem", "method", "seed", "config_hash", "metric", "value", "se", "status", "reason"]
@@ -179,6 +181,8 @@ def summary_table(long: pd.DataFrame, problem: str, records: list[dict[str, Any]
             "method": method,
             "runs": int(group["seed"].nunique()),
             "failed": int(failed["seed"].nunique()),
+            # the configuration of the row's runs (one: a method's other configurations are rows of their own)
+            "config_hash": ", ".join(sorted(set(group.loc[group["status"] != NOT_APPLICABLE, "config_hash"].dropna()))),
         }
         for metric in metrics:
             values = ok[ok["metric"] == metric]
@@ -193,8 +197,9 @@ def summary_table(long: pd.DataFrame, problem: str, records: list[dict[str, Any]
             if rec["problem"] == problem and rec["method"] == method and rec["status"] == "ok" and over_budget(rec)
         )
         reasons = sorted(set(failed["reason"].dropna()))
-        row["failure_reasons"] = "; ".join(reasons)
-        row["not_applicable"] = "; ".join(sorted(set(group.loc[group["status"] == NOT_APPLICABLE, "reason"].dropna())))
+        row["failure_reasons"] = shown_reason("; ".join(reasons))
+        not_applicable = sorted(set(group.loc[group["status"] == NOT_APPLICABLE, "reason"].dropna()))
+        row["not_applicable"] = shown_reason("; ".join(not_applicable))
         out.append(row)
     table = pd.DataFrame(out)
     key = main_metric(problem, records)
@@ -425,9 +430,14 @@ def trace_note(table: pd.DataFrame) -> str:
 
 
 def higher_is_better(problem: str, records: list[dict[str, Any]]) -> frozenset[str]:
-    """The metrics of a problem's leaderboard where higher is better (all others: lower is better)."""
+    """The metrics of a problem's leaderboard where higher is better (all others: lower is better).
+
+    The suite's own metrics take their direction from the metric registry (:data:`schema.HIGHER_IS_BETTER`), never
+    from a record; a plug-in problem's own metrics from its records' facts.
+    """
     facts = problem_facts(records, problem)
-    return frozenset() if facts is None else frozenset(facts["higher_is_better"])
+    stated = frozenset() if facts is None else frozenset(facts["higher_is_better"])
+    return (stated - schema.LOWER_IS_BETTER) | schema.HIGHER_IS_BETTER
 
 
 def _direction(table: pd.DataFrame) -> str:
@@ -544,12 +554,41 @@ def format_reach(seconds: float, seeds: str) -> str:
     return text + (f" ({seeds})" if total and reached not in ("0", total) else "")
 
 
+#: Characters of a failure reason shown in the leaderboards, the page and the terminal; the record keeps it all.
+MAX_SHOWN_REASON = 500
+#: What Markdown renderers (GitHub's, IDEs') would read as markup in text from records: shown as entities.
+_MARKDOWN_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", "|": "\\|", "\n": " ", "\r": " "})
+
+
+def shown_reason(text: str, limit: int = MAX_SHOWN_REASON) -> str:
+    """A failure reason cut to ``limit`` characters for display, saying how much more the record holds.
+
+    Example:
+        >>> shown_reason("x" * 600, 10)
+        'xxxxxxxxxx... (590 more characters in the record)'
+    """
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more characters in the record)"
+
+
+def markdown_text(value: Any) -> str:
+    """``value`` as text inside a Markdown table or line: HTML shown as text, ``|`` escaped, on one line.
+
+    Records are files anyone could have written; ``<script>`` or ``<img onerror=...>`` in a reason must not become
+    markup where a Markdown file is rendered (issue 51, H5).
+
+    Example:
+        >>> markdown_text("<img src=x onerror=alert(1)> | a")
+        '&lt;img src=x onerror=alert(1)&gt; \\\\| a'
+    """
+    return str(value).translate(_MARKDOWN_ESCAPES)
+
+
 def to_markdown(table: pd.DataFrame) -> str:
-    """A GitHub-flavoured Markdown table (no extra dependency)."""
-    cols = [str(c) for c in table.columns]
+    """A GitHub-flavoured Markdown table (no extra dependency); cells are :func:`markdown_text`."""
+    cols = [markdown_text(c) for c in table.columns]
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
     for _, row in table.iterrows():
-        lines.append("| " + " | ".join(str(v).replace("|", "\\|") for v in row.tolist()) + " |")
+        lines.append("| " + " | ".join(markdown_text(v) for v in row.tolist()) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -570,9 +609,11 @@ def write_leaderboards(records: list[dict[str, Any]], out: Path) -> dict[str, pd
         title += f"{verdict_line(table)}\n\n" if table.attrs.get("verdict") else ""
         note = trace_note(table)
         title += f"{note}\n\n" if note else ""
+        notes = configuration_notes(records, problem)
+        title += f"Configurations (a row each): {markdown_text('; '.join(notes))}.\n\n" if notes else ""
         kind = reference_kind(records, problem)
-        title += f"Reference: {kind}.\n\n" if kind else ""
-        title += f"Profile: {profiles}.\n\n" if profiles else ""
+        title += f"Reference: {markdown_text(kind)}.\n\n" if kind else ""
+        title += f"Profile: {markdown_text(profiles)}.\n\n" if profiles else ""
         text = title + to_markdown(display_table(table))
         write_atomically(out / f"leaderboard_{problem}.md", lambda path, text=text: path.write_text(text))
     return tables

@@ -7,8 +7,9 @@ Written by ``tdbench report`` as ``summary.csv``, ``summary.md`` and ``summary.p
 - A method's **mean rank** is the mean, over the problems it ran, of its rank among the methods that ran that
   problem (1 = best mean of the main metric; :mod:`suite.report.verdicts`). Problems it does not apply to, where
   every run failed or where it has no value of the main metric are left out of its mean, not counted as last, so
-  compare mean ranks together with ``problems`` and the number of methods each problem had. The 95% interval redraws every problem's ranks
-  (:func:`suite.report.verdicts.rank_draws`, independently per problem) and averages them again.
+  compare mean ranks together with ``problems`` and the number of methods each problem had. The 95% interval
+  redraws every problem's ranks (:func:`suite.report.verdicts.rank_draws`, independently per problem) and
+  averages them again.
 - **Best groups**: on how many of its problems the method is tied with the best (``tied_with_best``).
 - **Performance profile** (Dolan & Moré 2002): per problem whose main metric has a stated accuracy
   (:data:`suite.report.leaderboard.REACH_TARGETS`), a method's time to reach it (the median over seeds, as in the
@@ -26,7 +27,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from suite.core.files import write_atomically
 from suite.report.leaderboard import higher_is_better, main_metric, method_scores, to_markdown
+from suite.report.plots import plt, write_figure  # plots sets the Agg backend before pyplot loads
 from suite.report.verdicts import LEVEL, problem_seed, rank_draws
 
 COLUMNS = ["method", "problems", "mean_rank", "mean_rank_low", "mean_rank_high", "best_groups", "best_share"]
@@ -121,9 +124,6 @@ def plot_summary(table: pd.DataFrame, ratios: pd.DataFrame, path: Path) -> Path 
     """``summary.png``: mean rank with its interval (left) and the performance profile (right); None if empty."""
     if table.empty:
         return None
-    import matplotlib.pyplot as plt
-
-    from suite.report.plots import write_figure
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 0.35 * len(table) + 2.2))
     y = np.arange(len(table))[::-1]
@@ -153,7 +153,6 @@ def plot_summary(table: pd.DataFrame, ratios: pd.DataFrame, path: Path) -> Path 
 
 def write_summary(records: list[dict[str, Any]], tables: dict[str, pd.DataFrame], out: Path) -> pd.DataFrame:
     """Write ``summary.csv``, ``summary.md`` and ``summary.png`` into ``out``; return the summary table."""
-    from suite.core.files import write_atomically
 
     table = summary_table(records, tables)
     write_atomically(out / "summary.csv", lambda path: table.to_csv(path, index=False))

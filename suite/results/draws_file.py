@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from suite.core.files import TEMPORARY_SUFFIX, temporary_prefix
+from suite.core.files import TEMPORARY_SUFFIX, give_ordinary_mode, temporary_prefix
 
 #: Folder of draw files under a results directory.
 DRAWS_DIR = "draws"
@@ -134,6 +134,7 @@ def save_draws(
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(path.name), suffix=TEMPORARY_SUFFIX, dir=path.parent)
     try:
+        give_ordinary_mode(fd)
         with os.fdopen(fd, "wb") as handle:  # a file object: savez adds no ".npz" to the temporary's name
             np.savez_compressed(handle, **arrays)
             handle.flush()

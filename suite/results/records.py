@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.core.budget import is_over_budget
-from suite.core.files import CHECKPOINTS_DIR, TEMPORARY_SUFFIX, write_temporary
+from suite.core.files import CHECKPOINTS_DIR, TEMPORARY_SUFFIX, read_regular_bytes, write_temporary
 from suite.results.schema import schema_problem
 
 SCHEMA_VERSION = 1
@@ -55,8 +55,9 @@ LOST = "lost"
 LEGACY_TEMPORARY_AGE_S = 600.0
 #: Largest record file read (records are kilobytes; a bigger file is no record and is not read into memory).
 MAX_RECORD_BYTES = 64 * 1024 * 1024
-#: Flags of every read of a file named by a results folder: no following a link, no waiting on a FIFO.
-_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+#: Deepest nesting of lists and objects in a file the suite reads (records nest about 5 deep); a deeper file is no
+#: record, and reading or walking it would exhaust the interpreter's stack (issue 51, H6).
+MAX_JSON_DEPTH = 64
 
 
 def make_record(
@@ -109,28 +110,33 @@ def record_path(out: Path, key: RunKey) -> Path:
     return records_dir(out) / key.filename
 
 
-def read_regular_bytes(path: Path, limit: int = MAX_RECORD_BYTES) -> bytes:
-    """The bytes of ``path`` if it is a regular file of at most ``limit`` bytes; OSError otherwise.
+def json_depth_over(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``value`` (parsed JSON) nests lists and objects more than ``limit`` deep; walked without recursion."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
 
-    The file is opened without following a symbolic link and without blocking (a FIFO or a device named like a
-    record is refused, never waited on), and its type is checked on the open file.
+
+def read_json(path: Path, limit: int = MAX_RECORD_BYTES) -> Any:
+    """The JSON value in the regular file ``path``: OSError when unreadable, ValueError when it is no usable JSON.
+
+    Not UTF-8, not JSON, or nested more than :data:`MAX_JSON_DEPTH` deep are all ValueErrors (never a
+    RecursionError), so a planted file is passed over like any malformed one.
     """
-    if Path(path).is_symlink():  # O_NOFOLLOW's error (ELOOP) would not say why; and where it is missing, this is all
-        raise OSError(errno.ELOOP, "a symbolic link, not a regular file", str(path))
-    fd = os.open(path, _READ_FLAGS)
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
-        if info.st_size > limit:
-            raise OSError(errno.EFBIG, f"{info.st_size} bytes, more than {limit}", str(path))
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            data = handle.read(limit + 1)
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise OSError(errno.EFBIG, f"more than {limit} bytes", str(path))
-    return data
+        value = json.loads(read_regular_bytes(Path(path), limit).decode())
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"UnicodeDecodeError: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"nested more than {MAX_JSON_DEPTH} deep (too deep to parse)") from None
+    if json_depth_over(value):
+        raise ValueError(f"nested more than {MAX_JSON_DEPTH} deep")
+    return value
 
 
 def regular_files(folder: Path, pattern: str = "*.json") -> list[Path]:
@@ -148,11 +154,11 @@ def regular_files(folder: Path, pattern: str = "*.json") -> list[Path]:
 def _parse(path: Path, key: RunKey | None) -> tuple[dict[str, Any] | None, str | None]:
     """(the record in ``path``, None), or (None, why it is unusable: unreadable, not a record, not ``key``'s)."""
     try:
-        record = json.loads(read_regular_bytes(Path(path)).decode())
+        record = read_json(Path(path))
     except OSError as exc:
         return None, f"unreadable record {path}: {exc.strerror or exc}"
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        return None, f"unreadable record {path}: {type(exc).__name__}: {exc}"
+    except ValueError as exc:
+        return None, f"unreadable record {path}: {exc}"
     if not isinstance(record, dict):
         return None, f"invalid record {path}: a JSON {type(record).__name__}, not an object"
     missing = [name for name in REQUIRED_KEYS if name not in record]
@@ -333,22 +339,50 @@ def load_records(out: Path) -> list[dict[str, Any]]:
 
 
 def check_writable(out: Path) -> None:
-    """Raise ValueError unless ``out`` can be created and written to.
+    """Raise ValueError unless ``out`` can be created and written to (``out/records`` is created)."""
+    check_folder_writable(records_dir(out), f"output folder {str(out)!r}")
+
+
+def check_folder_writable(folder: Path, what: str) -> None:
+    """Raise ValueError (naming ``what``) unless ``folder`` can be created and a file written in it.
 
     The probe is a new file of a fresh name (``.write-probe-<pid>.<random>``, made with ``O_CREAT | O_EXCL``), so
     a file or symbolic link planted under a predictable name is never written through.
     """
-    out = Path(out)
     try:
-        records_dir(out).mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=f".write-probe-{os.getpid()}.", dir=records_dir(out))
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=f".write-probe-{os.getpid()}.", dir=folder)
         try:
             os.write(fd, b"ok")
         finally:
             os.close(fd)
             Path(probe).unlink(missing_ok=True)
     except OSError as exc:
-        raise ValueError(f"output folder {str(out)!r} is not writable: {exc.strerror or exc}") from None
+        raise ValueError(f"{what} is not writable: {exc.strerror or exc}") from None
+
+
+def writable_without_writing(folder: Path, what: str) -> None:
+    """Raise ValueError (naming ``what``) unless ``folder`` could be created and written to; writes nothing.
+
+    The check of a dry run: the nearest existing folder on the path must be a folder this process may write in.
+    """
+    existing = Path(os.path.abspath(folder))
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"{what} is not writable: {existing} is not a folder this process may write in")
+
+
+#: Folders the suite writes into inside a results folder: each must be a real folder, never a symbolic link.
+OWN_FOLDERS = (RECORDS_DIR, CHECKPOINTS_DIR, "draws", "locks")
+
+
+def linked_own_folder(out: Path) -> Path | None:
+    """The first of ``out``'s own folders (:data:`OWN_FOLDERS`) that is a symbolic link, or None (issue 51, H2)."""
+    for name in OWN_FOLDERS:
+        if (Path(out) / name).is_symlink():
+            return Path(out) / name
+    return None
 
 
 def read_record(out: Path, key: RunKey) -> dict[str, Any]:

@@ -58,6 +58,37 @@ METRIC_BOUNDS: dict[str, tuple[float, float]] = {
     "kl_joint": NOT_MINUS_INF,
     "kl_reverse": NOT_MINUS_INF,
 }
+#: The suite's metrics where higher is better; every other metric of :data:`METRIC_BOUNDS` is lower-is-better. The
+#: report takes a known metric's direction from here, never from a record, so a planted record cannot turn a
+#: leaderboard upside down (issue 51, H1); a plug-in problem's own metrics take theirs from its records' facts.
+HIGHER_IS_BETTER: frozenset[str] = frozenset({"q_true_k", "auroc", "edge_auroc", "edge_f1"})
+#: Known metrics that rank nothing (a summary of the estimate, not an error): no direction is checked for them.
+DESCRIPTIVE_METRICS: frozenset[str] = frozenset({"expected_k"})
+#: The suite's metrics where lower is better.
+LOWER_IS_BETTER: frozenset[str] = frozenset(METRIC_BOUNDS) - HIGHER_IS_BETTER - DESCRIPTIVE_METRICS
+
+
+def metric_is_higher_better(metric: str, stated: frozenset[str] | set[str] = frozenset()) -> bool:
+    """Whether higher is better for ``metric``: the suite's registry for its own metrics, else ``stated`` (facts).
+
+    Example:
+        >>> metric_is_higher_better("model_prob_tv", {"model_prob_tv"}), metric_is_higher_better("edge_f1")
+        (False, True)
+    """
+    if metric in HIGHER_IS_BETTER or metric in LOWER_IS_BETTER:
+        return metric in HIGHER_IS_BETTER
+    return metric in stated
+
+
+def _directions(names: Any) -> str | None:
+    """A list of metric names none of which is one of the suite's lower-is-better metrics."""
+    why = _list_of(_optional(str, "a metric name"))(names)
+    if why is not None or names is None:
+        return why
+    wrong = sorted(set(names) & LOWER_IS_BETTER)
+    return f"names {', '.join(wrong)}, where lower is better" if wrong else None
+
+
 #: Statuses a record on disk may have (:data:`suite.results.records.STATUSES`).
 STATUSES = ("ok", "failed", "not_applicable")
 CONFIG_HASH = re.compile(r"[0-9A-Za-z]{1,64}")
@@ -350,7 +381,7 @@ FIELDS: dict[str, Check] = {
             "version": _optional_count,
             "description": _OPTIONAL_STR,
             "main_metric": _OPTIONAL_STR,
-            "higher_is_better": _list_of(_optional(str, "a metric name")),
+            "higher_is_better": _directions,
             "sweep": _sweep,
             "num_models": _optional_count,
             "reported_neg_elbo": _numbers_by_name,

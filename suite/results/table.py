@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from suite.core.files import TEMPORARY_SUFFIX, temporary_prefix
+from suite.core.files import TEMPORARY_SUFFIX, give_ordinary_mode, temporary_prefix
 from suite.results.records import NOT_APPLICABLE, RECORDS_DIR
 
 RESULTS_FILE = "results.parquet"
@@ -109,7 +109,10 @@ def write_results_table(records: list[dict[str, Any]], out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     path = out / RESULTS_FILE
     fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(path.name), suffix=TEMPORARY_SUFFIX, dir=out)
-    os.close(fd)
+    try:
+        give_ordinary_mode(fd)
+    finally:
+        os.close(fd)
     try:
         results_frame(records).to_parquet(tmp, index=False, engine="pyarrow")
         os.replace(tmp, path)

@@ -23,22 +23,18 @@ import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from suite.core import reference_store
 from suite.core.device import tune_allocator
 from suite.core.files import write_bytes_atomically
 from suite.core.registry import load_all
 from suite.results import draws_file
 from suite.results import records as rec
-from suite.results.facts import problem_facts
 from suite.run import parallel as par
 from suite.run.cluster_config import load_cluster_config, local_gpu_index, make_slurm_cluster
-from suite.run.runner import _jsonable
 
 #: Seconds the client waits to reach a scheduler given with ``--scheduler`` before refusing the address.
 CONNECT_TIMEOUT_S = 10.0
@@ -200,40 +196,7 @@ def save_outcome(spec: par.RunSpec, outcome: dict[str, Any], executor: dict[str,
 
 def failed_record(run: Any, spec: par.RunSpec, reason: str, executor: dict[str, Any]) -> dict[str, Any]:
     """The record of a run that never finished on the cluster (its workers kept dying): failed, with the reason."""
-    now = datetime.now(UTC).isoformat()
-    return rec.make_record(
-        spec.key.problem,
-        spec.key.method,
-        spec.key.seed,
-        rec.FAILED,
-        reason,
-        problem_config=_jsonable(run.problem.config()),
-        problem_facts=problem_facts(run.problem),
-        method_options=_jsonable(spec.key.config.get("method_options", {})),
-        method_settings=_jsonable(spec.method_settings),
-        budget={
-            "profile": spec.profile,
-            "num_draws": spec.num_draws,
-            "time_budget_s": spec.time_budget_s,
-            "replayed": spec.replay is not None,
-        },
-        reference=reference_store.describe(run.problem),
-        traceback=None,
-        metrics={},
-        counts={},
-        model_probs=None,
-        draws=None,
-        plot=None,
-        timings_s={},
-        diagnostics={},
-        environment=None,
-        started_at=now,
-        finished_at=now,
-        config_hash=spec.key.config_hash,
-        run_config=spec.key.config,
-        parallel={"jobs": spec.jobs, "threads_per_job": spec.threads},
-        executor=executor,
-    )
+    return par.failed_record(run.problem, spec, reason, executor=executor)
 
 
 def run_grid(

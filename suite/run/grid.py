@@ -19,8 +19,9 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from suite.core import data
 from suite.core.files import write_atomically
-from suite.core.registry import available_methods
+from suite.core.registry import available_methods, from_entry_point
 from suite.report.build import NOT_APPLICABLE_FILE, MissingFacts, write_report
 from suite.report.terminal import summarise_not_applicable
 from suite.results import records as rec
@@ -73,9 +74,12 @@ class GridOutcome:
         return 1 if self.lost else 0
 
 
-def plan_grid(spec: GridSpec, execution: Execution) -> PlannedGrid:
-    """Place ``spec`` on ``execution`` and plan it; with a shard, only that slice's runs. UsageError when bad."""
-    placement = place(spec, execution)
+def plan_grid(spec: GridSpec, execution: Execution, dry_run: bool = False) -> PlannedGrid:
+    """Place ``spec`` on ``execution`` and plan it; with a shard, only that slice's runs. UsageError when bad.
+
+    A ``dry_run`` writes nothing (the folders are checked without a probe file).
+    """
+    placement = place(spec, execution, dry_run)
     runs, skipped = plan(spec, placement.device)
     _refuse_if_nothing_named_can_run(spec, runs, skipped)
     size = len(runs)
@@ -95,6 +99,8 @@ def _refuse_if_nothing_named_can_run(spec: GridSpec, runs: list[PlannedRun], ski
     unavailable = {note.problem: note.reason for note in skipped if note.method is None}
     if not spec.problems or any(name not in unavailable for name in spec.problems):
         return
+    if any(data.NOT_DOWNLOADED_YET in reason for reason in unavailable.values()):
+        return  # a dry run (downloads deferred): the real run downloads the file first
     if len(spec.problems) == 1:
         (name,) = spec.problems
         raise UsageError(f"problem {name} cannot run here: {unavailable[name]}")
@@ -282,7 +288,7 @@ def execute(
         where += "" if session.settings.scheduler else f" ({session.address})"
         echo(f"{len(todo)} runs as tasks on {where}, {threads} thread(s) a run")
     elif session is None and jobs > 1:
-        echo(f"{len(todo)} runs in {jobs} worker processes, {threads} thread(s) each (--jobs 1: one at a time)")
+        echo(f"{len(todo)} runs, {jobs} at a time in worker processes, {threads} thread(s) each")
 
     def spec_of(run: PlannedRun) -> par.RunSpec:
         return par.RunSpec(
@@ -313,7 +319,7 @@ def execute(
     elif jobs > 1:
         outcomes = par.run_in_workers([spec_of(run) for run in todo], jobs, threads)
     else:
-        outcomes = _run_serially([spec_of(run) for run in todo], by_key, bar)
+        outcomes = _run_one_at_a_time([spec_of(run) for run in todo], by_key, bar, threads)
     try:
         for done, status, reason in outcomes:
             bar.update(1)
@@ -394,6 +400,27 @@ def _layout(jobs: int, num_runs: int, session: Any) -> tuple[int, int]:
     return max(1, session.task_slots()), 1  # other machines: one thread a task, one task per core
 
 
+def _run_one_at_a_time(
+    specs: list[par.RunSpec], by_key: dict[str, PlannedRun], bar: Any, threads: int
+) -> Iterator[Any]:
+    """Yield (spec, status, reason) running one run at a time: in this process, but plug-ins' runs in a worker.
+
+    A run whose method or problem comes from a plug-in (an entry point) runs in a worker process of its own, one at
+    a time after the others, so that one that ends its process (``os._exit``) is a failed run and not the end of
+    the grid (:func:`suite.run.parallel.run_in_workers`). Built-ins, and classes registered in this process (a
+    script, a notebook, a test: a worker would not know them), run here, at no cost of a process.
+    """
+    outside = {spec.key.filename for spec in specs if _runs_plugin_code(by_key[spec.key.filename])}
+    yield from _run_serially([spec for spec in specs if spec.key.filename not in outside], by_key, bar)
+    if outside:
+        yield from par.run_in_workers([spec for spec in specs if spec.key.filename in outside], 1, threads)
+
+
+def _runs_plugin_code(run: PlannedRun) -> bool:
+    """Whether a run's method or problem was registered from a plug-in's entry point."""
+    return from_entry_point(type(run.method)) or from_entry_point(type(run.problem))
+
+
 def _run_serially(specs: list[par.RunSpec], by_key: dict[str, PlannedRun], bar: Any) -> Iterator[Any]:
     """Yield (spec, status, reason) running each spec in this process, on copies of the planned objects.
 
@@ -411,9 +438,11 @@ def save_not_applicable(out: Path, skipped: list[Skipped]) -> None:
     """Add this run's not-applicable pairs to ``out/not_applicable.json``, so ``report`` shows them too."""
     path = out / NOT_APPLICABLE_FILE
     try:
-        earlier = json.loads(rec.read_regular_bytes(path)) if path.exists() or path.is_symlink() else []
+        earlier = rec.read_json(path) if path.exists() or path.is_symlink() else []
     except (OSError, ValueError):
         earlier = []  # rewritten whole below
+    if not isinstance(earlier, list):
+        earlier = []
     pairs = {(row["problem"], row["method"]): row for row in earlier if isinstance(row, dict) and "method" in row}
     for note in skipped:
         if note.method is not None:

@@ -13,10 +13,11 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from suite.core.context import RunContext
+from suite.core.guards import one_line, support_reason
 from suite.core.method import Method, Result
 from suite.core.problem import Problem
 from suite.core.registry import available_problems, make_problem, problem_class
-from suite.run.conformance import FAIL, PASS, SKIP, CheckResult, require, run_check
+from suite.run.conformance import PASS, SKIP, CheckFailed, CheckResult, CheckRunner, require
 from suite.run.problem_checks import supports_answers
 from suite.run.result_checks import draws_problem, mixing_problem, model_probs_problem, target_problem
 from suite.run.runner import execute, gold_draws, resolve_and_run
@@ -75,7 +76,7 @@ def first_supported_problem(method: Method, names: Sequence[str] | None = None) 
     candidates += [n for n in names or () if n not in candidates]
     for name in candidates:
         problem = make_problem(name)
-        if not problem.unavailable_reason() and method.supports(problem) is None:
+        if not problem.unavailable_reason() and support_reason(method, problem) is None:  # raising: not supported
             return problem
     return None
 
@@ -164,32 +165,38 @@ def keeps_its_time_budget(method: Method, problem: Problem, budget_s: float = CH
 
 
 def check_method(
-    method: Method, problems: Sequence[str] | None = None, budget_s: float = CHECK_BUDGET_S
+    method: Method,
+    problems: Sequence[str] | None = None,
+    budget_s: float = CHECK_BUDGET_S,
+    deadline_s: float | None = None,
 ) -> Iterator[CheckResult]:
     """Every method check, one result at a time (``tdbench check METHOD``).
 
     On each of ``problems`` (default: the smoke problems) a valid result or a reason it does not apply; then
     ``supports`` on every problem; then seeds, harness, trace, an unchanged problem and the budget on one problem
-    it supports.
+    it supports. Each check runs under ``deadline_s`` seconds (:class:`suite.run.conformance.CheckRunner`; None:
+    no deadline); after one runs past it, the others fail as not run.
     """
+    runner = CheckRunner(deadline_s)
     names = smoke_problems() if problems is None else list(problems)
+    supported: list[Problem] = []
     for name in names:
         problem = make_problem(name)
         unavailable = problem.unavailable_reason()
         if unavailable:
             yield CheckResult(f"on {name}", SKIP, f"problem unavailable here: {unavailable}")
             continue
-        try:
-            reason = supports_answers(method, problem)
-        except Exception as exc:
-            yield CheckResult(f"on {name}", FAIL, f"supports() {type(exc).__name__}: {exc}")
+        answered = runner.run(f"on {name}", lambda problem=problem: supports_answer(method, problem))
+        if answered.failed:
+            yield answered
             continue
-        if reason is not None:
-            yield CheckResult(f"says why it does not apply to {name}", PASS, reason)
+        if answered.detail:
+            yield CheckResult(f"says why it does not apply to {name}", PASS, answered.detail)
             continue
-        yield run_check(f"valid result on {name}", lambda problem=problem: valid_result(method, problem))
-    yield run_check("supports() answers on every problem", lambda: supports_answers_everywhere(method))
-    problem = first_supported_problem(method, names)
+        supported.append(problem)
+        yield runner.run(f"valid result on {name}", lambda problem=problem: valid_result(method, problem))
+    yield runner.run("supports() answers on every problem", lambda: supports_answers_everywhere(method))
+    problem = _one_problem(supported)
     checks = [
         ("reproducible by seed", reproducible_by_seed),
         ("runs through the harness", runs_through_the_harness),
@@ -200,9 +207,27 @@ def check_method(
     for label, check in checks:
         if problem is None:
             why = f"it applies to none of the problems checked ({', '.join(names)}); name some with --problems"
-            yield CheckResult(label, FAIL, why)
+            yield runner.run(label, lambda why=why: require(False, why))
         else:
-            yield run_check(f"{label} (on {problem.name})", lambda check=check: check(method, problem))
+            yield runner.run(f"{label} (on {problem.name})", lambda check=check: check(method, problem))
+
+
+def supports_answer(method: Method, problem: Problem) -> str:
+    """``supports(problem)`` as a check: its reason, empty when the method applies; CheckFailed naming an exception."""
+    try:
+        reason = supports_answers(method, problem)
+    except CheckFailed:
+        raise
+    except Exception as exc:  # one line: the exception's type and the first line of its message
+        raise CheckFailed(f"supports() raised {one_line(exc)}") from None
+    return reason or ""
+
+
+def _one_problem(supported: Sequence[Problem]) -> Problem | None:
+    """Where the one-problem checks run: the first of :data:`PREFERRED_PROBLEMS` in ``supported``, else its first."""
+    by_name = {problem.name: problem for problem in supported}
+    preferred = [by_name[name] for name in PREFERRED_PROBLEMS if name in by_name]
+    return (preferred or list(supported) or [None])[0]
 
 
 def supports_answers_everywhere(method: Method) -> str:
@@ -213,6 +238,6 @@ def supports_answers_everywhere(method: Method) -> str:
         try:
             applies += supports_answers(method, make_problem(name)) is None
         except Exception as exc:
-            failures.append(f"{name}: {type(exc).__name__}: {exc}")
+            failures.append(f"{name}: {one_line(exc)}")
     require(not failures, "; ".join(failures))
     return f"applies to {applies} of {len(names)} problems"

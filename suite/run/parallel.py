@@ -12,7 +12,8 @@ never mistaken for one measured alone (``--jobs 1`` for clean timings).
 On a CPU, workers are forked from a fork server (:func:`worker_context`) that has imported what they need once
 (:mod:`suite.run.worker_preload`), so a worker starts in milliseconds instead of importing torch and the suite
 for seconds; the server never computes, so no worker inherits a thread pool. With CUDA they are spawned. Either
-way a worker takes the grid process's environment, and ends itself when the grid process dies.
+way a worker takes the grid process's environment, and ends itself when the grid process dies. A worker process
+that dies (``os._exit`` in a method, a crash, the out-of-memory killer) costs no other run (:func:`run_in_workers`).
 """
 
 from __future__ import annotations
@@ -26,26 +27,30 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from suite.core import checkpoint as ckpt
+from suite.core import reference_store
 from suite.core.context import RunContext
 from suite.core.device import tune_allocator
+from suite.core.guards import exit_reason
 from suite.core.method import DTYPES, Method
 from suite.core.problem import Problem
 from suite.core.registry import load_all, make_method, make_problem
 from suite.core.types import Draws
 from suite.results import draws_file
 from suite.results import records as rec
+from suite.results.facts import problem_facts
 from suite.run.interrupts import DeferredInterrupts, Interrupted, end_processes, ignore_interrupts
-from suite.run.runner import execute, gold_draws
+from suite.run.runner import _jsonable, execute, gold_draws
 
 
 @dataclass(frozen=True)
@@ -234,26 +239,61 @@ def run_spec(spec: RunSpec, problem: Problem | None = None, method: Method | Non
 
 
 def run_in_workers(specs: list[RunSpec], jobs: int, threads: int) -> Iterator[tuple[RunSpec, str, str | None]]:
-    """Yield (spec, status, reason) as runs finish in ``jobs`` spawned worker processes.
+    """Yield (spec, status, reason) as runs finish in ``jobs`` worker processes.
 
-    Runs are handed out one at a time, so a worker that finishes early takes
-    the next. When a worker dies the pool is broken: the runs not yet handed
-    out are yielded as failed (no record) too. A full disk (``OSError``
-    ENOSPC) is raised, not turned into failed runs. On an interrupt (or when
-    the caller closes this generator early) the workers are ended at once
-    (SIGTERM, then SIGKILL after :data:`suite.run.interrupts.GRACE_S`): runs
-    still going write no record, and finished ones already have theirs.
+    Runs are handed out one at a time, so a worker that finishes early takes the next. A worker process that dies
+    (a method that calls ``os._exit``, a crash in native code, the out-of-memory killer) breaks the pool: the runs
+    it had in flight are run again one at a time, each alone in a worker process, and the others go on in a new
+    pool. A run that ends its worker process when it runs alone is a failed run, recorded with how the process
+    ended (:func:`died_reason`); the others get their records. A full disk (``OSError`` ENOSPC) is raised, not
+    turned into failed runs. On an interrupt (or when the caller closes this generator early) the workers are
+    ended at once (SIGTERM, then SIGKILL after :data:`suite.run.interrupts.GRACE_S`): runs still going write no
+    record, and finished ones already have theirs.
     """
+    queue = list(specs)
+    while queue:
+        broken = yield from _run_in_pool(queue, jobs, threads)
+        if broken is None:
+            return
+        if broken.in_flight and jobs == 1:  # it ran alone: this run ended its worker process
+            (spec,) = broken.in_flight
+            yield spec, *record_death(spec, broken.exit_code)
+        elif broken.in_flight:  # which of them ended the worker is not known: each again, alone
+            yield from run_in_workers(broken.in_flight, 1, threads)
+        elif broken.unsent == queue:  # a new pool broke before it ran anything: its workers die as they start
+            for spec in broken.unsent:
+                yield spec, "failed", f"not run: a worker process died before any run started ({broken.cause})"
+            return
+        queue = broken.unsent
+
+
+@dataclass(frozen=True)
+class BrokenPool:
+    """A worker pool that broke because a worker process died: the runs it had in flight and those not handed out."""
+
+    in_flight: list[RunSpec]
+    unsent: list[RunSpec]
+    #: Exit status of the pool's one worker process (a pool of one; None otherwise, or unknown).
+    exit_code: int | None
+    cause: str
+
+
+def _run_in_pool(
+    specs: list[RunSpec], jobs: int, threads: int
+) -> Generator[tuple[RunSpec, str, str | None], None, BrokenPool | None]:
+    """Yield (spec, status, reason) of ``specs`` run in a pool of ``jobs`` workers; what is left if it breaks."""
     context = worker_context(cuda=any(spec.device.startswith("cuda") for spec in specs))
     forked = context.get_start_method() == "forkserver"
     initargs = (threads, os.getpid(), forked, dict(os.environ))
     pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker, initargs=initargs)
+    processes = getattr(pool, "_processes", None)  # shutting the pool down forgets its table; exit codes come after
     pending: dict[Future, RunSpec] = {}
     queue = list(reversed(specs))
+    in_flight: list[RunSpec] = []
+    cause: str | None = None
     try:
-        broken: str | None = None
-        while pending or (queue and broken is None):
-            while queue and len(pending) < jobs and broken is None:
+        while pending or (queue and cause is None):
+            while queue and len(pending) < jobs and cause is None:
                 try:
                     # A worker starts whole (a signal is acted on once it has): one cut short half-way, forked but
                     # not yet known to the pool, would be left running. It ignores SIGINT from its first instruction.
@@ -263,7 +303,7 @@ def run_in_workers(specs: list[RunSpec], jobs: int, threads: int) -> Iterator[tu
                     if deferred.signum is not None:
                         raise Interrupted(deferred.signum)
                 except BrokenProcessPool as exc:
-                    broken = f"not run: a worker process died and took the pool with it ({exc})"
+                    cause = str(exc)
             if not pending:
                 break
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -271,17 +311,96 @@ def run_in_workers(specs: list[RunSpec], jobs: int, threads: int) -> Iterator[tu
                 spec = pending.pop(future)
                 try:
                     status, reason = future.result()
-                except Exception as exc:  # the worker itself died (killed, out of memory)
+                except BrokenProcessPool as exc:  # a worker died: this run was in flight in the pool
+                    in_flight.append(spec)
+                    cause = str(exc)
+                    continue
+                except SystemExit as exc:  # outside the method (which the runner guards): no record
+                    status, reason = "failed", f"worker process failed: {exit_reason(exc)}"
+                except Exception as exc:  # an error outside the method (writing the record, say)
                     if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
                         raise
                     status, reason = "failed", f"worker process failed: {type(exc).__name__}: {exc}"
                 yield spec, status, reason
-        for spec in reversed(queue):
-            yield spec, "failed", broken
     except BaseException:  # an interrupt, a full disk, or the caller closing the generator: stop, do not wait
         stop_pool(pool)
         raise
-    pool.shutdown(wait=True)
+    pool.shutdown(wait=True)  # a broken pool has ended and reaped its workers by then
+    if cause is None:
+        return None
+    codes = [process.exitcode for process in (processes or {}).values()]
+    return BrokenPool(in_flight, list(reversed(queue)), codes[0] if len(codes) == 1 else None, cause)
+
+
+def died_reason(exit_code: int | None) -> str:
+    """Why a run failed whose worker process ended during it: its exit status, or the signal that killed it."""
+    if exit_code is None:
+        return "the worker process died during the run"
+    if exit_code >= 0:
+        return f"the worker process exited with status {exit_code} during the run"
+    try:
+        name = signal.Signals(-exit_code).name
+    except ValueError:
+        name = f"signal {-exit_code}"
+    out_of_memory = " (out of memory?)" if -exit_code == signal.SIGKILL else ""
+    return f"the worker process was killed by {name} during the run{out_of_memory}"
+
+
+def record_death(spec: RunSpec, exit_code: int | None) -> tuple[str, str]:
+    """Write the failed record of a run that ended its worker process, alone in it; (status, reason)."""
+    reason = died_reason(exit_code)
+    try:
+        problem = make_problem(spec.key.problem, **spec.problem_options)
+        record = failed_record(problem, spec, reason)
+    except Exception as exc:  # without its problem, the run is shown without a record (a rerun retries it)
+        return "failed", f"{reason}; its record could not be made: {type(exc).__name__}: {exc}"
+    try:
+        rec.write_record(spec.out, spec.key, record, exclusive=spec.exclusive)
+    except rec.RecordExists:
+        pass  # another process recorded this run first: its record stands
+    spec.checkpoint_file().unlink(missing_ok=True)  # as after any failed run: asked again, it starts afresh
+    return "failed", reason
+
+
+def failed_record(problem: Problem, spec: RunSpec, reason: str, **fields: Any) -> dict[str, Any]:
+    """The record of a run that never finished in a worker (its worker kept dying): failed, with the reason.
+
+    ``fields`` are added as they are (the Dask executor's ``executor``).
+    """
+    now = datetime.now(UTC).isoformat()
+    return rec.make_record(
+        spec.key.problem,
+        spec.key.method,
+        spec.key.seed,
+        rec.FAILED,
+        reason,
+        problem_config=_jsonable(problem.config()),
+        problem_facts=problem_facts(problem),
+        method_options=_jsonable(spec.key.config.get("method_options", {})),
+        method_settings=_jsonable(spec.method_settings),
+        budget={
+            "profile": spec.profile,
+            "num_draws": spec.num_draws,
+            "time_budget_s": spec.time_budget_s,
+            "replayed": spec.replay is not None,
+        },
+        reference=reference_store.describe(problem),
+        traceback=None,
+        metrics={},
+        counts={},
+        model_probs=None,
+        draws=None,
+        plot=None,
+        timings_s={},
+        diagnostics={},
+        environment=None,
+        started_at=now,
+        finished_at=now,
+        config_hash=spec.key.config_hash,
+        run_config=spec.key.config,
+        parallel={"jobs": spec.jobs, "threads_per_job": spec.threads},
+        **fields,
+    )
 
 
 def worker_context(cuda: bool) -> multiprocessing.context.BaseContext:

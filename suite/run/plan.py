@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from suite.core import reference_store
+from suite.core.guards import support_reason
 from suite.core.method import Method
 from suite.core.problem import Problem
 from suite.core.registry import code_origin, make_method, make_problem, problem_class
@@ -106,7 +107,7 @@ def plan(spec: GridSpec, device: torch.device) -> tuple[list[PlannedRun], list[S
         budget_s = time_budget_for(problem, spec)
         for method_name in methods:
             method = make_method(method_name, **spec.method_options.get(method_name, {}))
-            why_not = method.supports(problem)
+            why_not = support_reason(method, problem)  # one that raises does not apply, because of it
             if why_not:
                 notes.append(Skipped(problem_name, method_name, why_not))
                 continue

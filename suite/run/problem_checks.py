@@ -13,10 +13,11 @@ import numpy as np
 import torch
 
 from suite.core.backend import jax_backend
+from suite.core.guards import one_line
 from suite.core.method import Method
 from suite.core.problem import Problem
 from suite.core.registry import available_methods, make_method
-from suite.run.conformance import CheckFailed, CheckResult, CheckSkipped, require, require_close, run_check
+from suite.run.conformance import CheckFailed, CheckResult, CheckRunner, CheckSkipped, require, require_close
 from suite.run.runner import gold_draws
 
 #: Gold draws the ground-truth check compares with the reference model probabilities.
@@ -178,7 +179,7 @@ def every_method_answers(problem: Problem) -> str:
         try:
             applies += supports_answers(make_method(name), problem) is None
         except Exception as exc:
-            failures.append(f"{name}: {type(exc).__name__}: {exc}")
+            failures.append(f"{name}: {one_line(exc)}")
     require(not failures, "; ".join(failures))
     return f"{applies} of {len(names)} methods apply"
 
@@ -196,11 +197,15 @@ PROBLEM_CHECKS: list[tuple[str, Callable[[Problem], str | None]]] = [
 ]
 
 
-def check_problem(problem: Problem) -> Iterator[CheckResult]:
-    """Every problem check on ``problem``, one result at a time (all skipped when it cannot run here)."""
+def check_problem(problem: Problem, deadline_s: float | None = None) -> Iterator[CheckResult]:
+    """Every problem check on ``problem``, one result at a time (all skipped when it cannot run here).
+
+    Each check runs under ``deadline_s`` seconds (:class:`suite.run.conformance.CheckRunner`; None: no deadline).
+    """
     reason = problem.unavailable_reason()
+    runner = CheckRunner(deadline_s)
     for label, check in PROBLEM_CHECKS:
         if reason:
             yield CheckResult(label, "SKIP", f"unavailable: {reason}")
         else:
-            yield run_check(label, lambda check=check: check(problem))
+            yield runner.run(label, lambda check=check: check(problem))

@@ -14,6 +14,7 @@ import torch
 from suite.core import reference_store
 from suite.core.budget import budget_allowance_s, is_over_budget
 from suite.core.context import BudgetTooSmall, RunContext
+from suite.core.guards import exit_reason
 from suite.core.method import Method, Result
 from suite.core.model_space import model_keys
 from suite.core.problem import Problem
@@ -23,6 +24,7 @@ from suite.core.types import Draws, ModelProbs
 from suite.results import draws_file
 from suite.results import records as rec
 from suite.results.facts import problem_facts
+from suite.run.hard_stop import Overtime, hard_limit_s, hard_stop, overtime_reason
 from suite.run.harness import PeakMemory, PhaseTimer, environment, warm_up_torch
 from suite.run.result_checks import evenly_spaced, mixing_problem, result_problem, target_problem
 from suite.scoring import metrics
@@ -292,11 +294,20 @@ def execute(
     error_trace = None
     warm_up_torch()  # a one-off import must not land on the method's clock
     context.clock.start()
+    timed = context.time_budget_s is not None and context.replay is None
+    limit_s = hard_limit_s(context.time_budget_s) if timed else None
     with PeakMemory(context.device) as memory:
         try:
-            result = method.run(problem, context)
+            with hard_stop(limit_s):
+                result = method.run(problem, context)
+        except Overtime:  # a method that ignores stop_due: ended at its hard limit
+            error_trace = traceback.format_exc()
+            result = Result.failed(overtime_reason(context.time_budget_s, limit_s))
         except BudgetTooSmall as exc:
             result = Result.failed(f"time budget too small: {exc}")
+        except SystemExit as exc:  # a method that exits is a failed run, not the end of the grid
+            error_trace = traceback.format_exc()
+            result = Result.failed(exit_reason(exc))
         except Exception as exc:  # a failing method is a result, not a crash
             error_trace = traceback.format_exc()
             result = Result.failed(f"{type(exc).__name__}: {exc}")
@@ -329,9 +340,10 @@ def execute(
                         model_cross_entropy = per_model_cross_entropy(result, draws, device, dtype)
             with timer.phase("score_trace"):
                 trace = score_trace(problem, context.snapshots, result.metrics_scope)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # the result's own functions (log q, q's sampler) are method code
             error_trace = traceback.format_exc()
-            result.status, result.reason = "failed", f"evaluation failed: {type(exc).__name__}: {exc}"
+            why = exit_reason(exc) if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}"
+            result.status, result.reason = "failed", f"evaluation failed: {why}"
     plot = None
     if result.status == "ok" and plot_path is not None:
         try:

@@ -7,7 +7,6 @@ The command line turns its flags into these two objects; studies and scripts bui
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -263,11 +262,6 @@ class Execution:
                 object.__setattr__(self, "shard_slice", parse_shard(self.shard))
             except ValueError as exc:
                 raise UsageError(str(exc)) from None
-        if self.checkpoint_dir is not None:
-            try:
-                rec.check_writable(self.checkpoint_dir)
-            except ValueError as exc:
-                raise UsageError(f"--checkpoint-dir: {exc}") from None
         if self.executor != "dask":
             return
         try:
@@ -314,7 +308,7 @@ def profiles_in(out: Path) -> set[str]:
     found = set()
     for path in rec.regular_files(rec.records_dir(out)):  # never a FIFO or a link named *.json
         try:
-            profile = (json.loads(rec.read_regular_bytes(path)).get("budget") or {}).get("profile")
+            profile = (rec.read_json(path).get("budget") or {}).get("profile")
         except (OSError, ValueError, AttributeError):
             continue
         if isinstance(profile, str):
@@ -332,13 +326,25 @@ class Placement:
     notes: tuple[str, ...] = ()
 
 
-def place(spec: GridSpec, execution: Execution) -> Placement:
-    """Check ``spec`` against ``execution`` (results folder, device, writable folder) and lay out the jobs."""
+def place(spec: GridSpec, execution: Execution, dry_run: bool = False) -> Placement:
+    """Check ``spec`` against ``execution`` (results folder, device, writable folders) and lay out the jobs.
+
+    The folders are probed by writing a file in them, except in a ``dry_run``, which writes nothing.
+    """
     check_out(execution.out, spec.profile)
+    linked = rec.linked_own_folder(execution.out)
+    if linked is not None:
+        raise UsageError(
+            f"{linked} is a symbolic link; tdbench writes only into real folders inside --out: remove the link, "
+            "or give another --out"
+        )
+    probe = rec.writable_without_writing if dry_run else rec.check_folder_writable
     try:
         # The runs happen on the cluster's workers: this machine needs no GPU of its own for --device cuda.
         device = torch.device("cuda") if execution.remote and spec.device == "cuda" else resolve_device(spec.device)
-        rec.check_writable(execution.out)
+        probe(rec.records_dir(execution.out), f"output folder {str(execution.out)!r}")
+        if execution.checkpoint_dir is not None:
+            probe(execution.checkpoint_dir, f"--checkpoint-dir {str(execution.checkpoint_dir)!r}")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     jobs = par.default_jobs(device) if execution.jobs is None else execution.jobs

@@ -26,6 +26,7 @@ ALLOWED = {
     "dask_jobqueue": "optional: Slurm clusters (tdbench[slurm])",
     "yaml": "optional: cluster configuration files come with dask",
     "resource": "POSIX only: raising the open-file limit is skipped where it is missing",
+    "scipy.stats": "slow to import (0.8 s): only a verdict's t quantile needs it, and most commands never draw one",
     "torch._dynamo": "slow to import (seconds); only the warm-up before a timed run needs it",
     "suite.studies.bbe_command": "TRJ's flows load only when the study runs: `tdbench report` imports no method code",
 }
