@@ -317,7 +317,7 @@ def test_a_large_sparse_file_of_another_size_is_refused_without_reading_it(
 DATA_PROBLEMS = ("block-vs", "factor-analysis", "factor-analysis-k23", "dag-mlp-sachs", "sas")
 
 
-def test_tdbench_list_and_a_dry_run_make_no_request(
+def test_tdbench_list_describe_and_a_dry_run_make_no_request(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mirror: Mirror, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from suite.cli import main, run_command  # the command line imports every layer: only this test needs it
@@ -337,6 +337,10 @@ def test_tdbench_list_and_a_dry_run_make_no_request(
     assert mirror.requests == [], "tdbench run --dry-run downloaded"
     assert "problem block-vs is unavailable: data file 'block_vs.csv' is not downloaded yet" in planned.err
     assert [json.loads(line)["problem"] for line in planned.out.splitlines()] == ["sas"]
+
+    assert main(["describe", "block-vs"]) == 0  # describing a problem reads its class, downloads nothing
+    assert "block-vs" in capsys.readouterr().out
+    assert mirror.requests == [], "tdbench describe downloaded"
 
 
 def test_downloads_are_deferred_only_within_the_block(
