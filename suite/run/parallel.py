@@ -50,7 +50,7 @@ from suite.results import draws_file
 from suite.results import records as rec
 from suite.results.facts import problem_facts
 from suite.run.interrupts import DeferredInterrupts, Interrupted, end_processes, ignore_interrupts
-from suite.run.runner import _jsonable, execute, gold_draws
+from suite.run.runner import execute, gold_draws, jsonable
 
 
 @dataclass(frozen=True)
@@ -374,10 +374,10 @@ def failed_record(problem: Problem, spec: RunSpec, reason: str, **fields: Any) -
         spec.key.seed,
         rec.FAILED,
         reason,
-        problem_config=_jsonable(problem.config()),
+        problem_config=jsonable(problem.config()),
         problem_facts=problem_facts(problem),
-        method_options=_jsonable(spec.key.config.get("method_options", {})),
-        method_settings=_jsonable(spec.method_settings),
+        method_options=jsonable(spec.key.config.get("method_options", {})),
+        method_settings=jsonable(spec.method_settings),
         budget={
             "profile": spec.profile,
             "num_draws": spec.num_draws,

@@ -15,7 +15,7 @@ from suite.core.problem import Problem
 from suite.core.registry import code_origin, make_method, make_problem, problem_class
 from suite.results import records as rec
 from suite.results.records import NOT_APPLICABLE
-from suite.run.runner import _jsonable
+from suite.run.runner import jsonable
 from suite.run.spec import DEFAULT_SEEDS, GridSpec, UsageError
 
 
@@ -175,7 +175,7 @@ def replay_for(spec: GridSpec, problem: Problem, method: str, seed: int) -> dict
     """The recorded counts (with budget and file) of the timed run the spec replays for this run, if any."""
     if spec.replay is None:
         return None
-    config = json.dumps(_jsonable(problem.config()), sort_keys=True, default=str)
+    config = json.dumps(jsonable(problem.config()), sort_keys=True, default=str)
     return spec.replay.get((problem.name, method, seed, config))
 
 

@@ -187,13 +187,14 @@ def _recorded_model_table(
         return None
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """``value`` with tensors as lists and keys as strings, so that a record's configuration is plain JSON."""
     if isinstance(value, torch.Tensor):
         return value.detach().cpu().tolist()
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     return value
 
 
@@ -374,10 +375,10 @@ def execute(
         context.seed,
         result.status,
         result.reason,
-        problem_config=_jsonable(problem.config()),
+        problem_config=jsonable(problem.config()),
         problem_facts=problem_facts(problem),
-        method_options=_jsonable(info.pop("method_options", method.options())),
-        method_settings=_jsonable(method.options()),
+        method_options=jsonable(info.pop("method_options", method.options())),
+        method_settings=jsonable(method.options()),
         budget={
             "profile": context.profile,
             "num_draws": context.num_draws,
@@ -391,7 +392,7 @@ def execute(
         traceback=error_trace,
         metrics={k: {"value": v.value, "se": v.se} for k, v in scores.items()},
         trace=trace,
-        counts=_jsonable(context.counts),
+        counts=jsonable(context.counts),
         model_probs=_recorded_model_table(problem, result, model_cross_entropy),
         metrics_scope=result.metrics_scope,
         plot=None if plot is None else str(plot),
@@ -400,7 +401,7 @@ def execute(
         peak_memory_bytes=memory.peak_bytes,
         peak_memory_kind=memory.kind,
         peak_memory_scope=memory.scope,
-        diagnostics=_jsonable(result.diagnostics),
+        diagnostics=jsonable(result.diagnostics),
         environment=environment(device, context.dtype_name),
         started_at=started,
         finished_at=datetime.now(UTC).isoformat(),
