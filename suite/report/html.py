@@ -45,6 +45,7 @@ from suite.report.leaderboard import (
 from suite.report.posterior_tables import LEGEND as POSTERIOR_LEGEND
 from suite.report.posterior_tables import PAPER_NOTE, display_frame, posterior_table
 from suite.report.summary import RULES as SUMMARY_RULES
+from suite.report.summary import display_summary
 from suite.report.summary import summary_table as across_problems
 from suite.report.sweeps import SWEEP_METRIC, sweep_slug, sweep_tables
 
@@ -167,17 +168,7 @@ def _summary_section(records: list[dict[str, Any]], tables: dict[str, pd.DataFra
     table = across_problems(records, tables)
     if table.empty:
         return '<section id="summary"><h2>Summary across problems</h2><p class="muted">No ranked method.</p></section>'
-    shown = pd.DataFrame(
-        {
-            "method": table["method"],
-            "problems": table["problems"],
-            "mean rank [95%]": [
-                f"{m:.2f} [{lo:.2f}, {hi:.2f}]"
-                for m, lo, hi in zip(table["mean_rank"], table["mean_rank_low"], table["mean_rank_high"], strict=True)
-            ],
-            "best group": [f"{k}/{n}" for k, n in zip(table["best_groups"], table["problems"], strict=True)],
-        }
-    )
+    shown = display_summary(table)
     figure = _figure(out, "summary.png", "mean rank over problems, and the performance profile", "summary")
     return (
         '<section id="summary"><h2>Summary across problems</h2>'

@@ -102,13 +102,14 @@ def profile_curve(ratios: pd.Series, taus: np.ndarray) -> np.ndarray:
     return np.array([(values <= tau).mean() if len(values) else math.nan for tau in taus])
 
 
-def format_summary(table: pd.DataFrame) -> str:
-    """The summary as Markdown, with the rules it follows."""
-    if table.empty:
-        return "No problem has a ranked method.\n"
-    shown = pd.DataFrame(
+def display_summary(table: pd.DataFrame, code: bool = False) -> pd.DataFrame:
+    """The summary as shown (``summary.md`` and the page): method, problems, mean rank [95%], best group.
+
+    ``code``: method names as Markdown code (`` `trj` ``).
+    """
+    return pd.DataFrame(
         {
-            "method": [f"`{m}`" for m in table["method"]],
+            "method": [f"`{m}`" if code else m for m in table["method"]],
             "problems": table["problems"],
             "mean rank [95%]": [
                 f"{m:.2f} [{lo:.2f}, {hi:.2f}]"
@@ -117,7 +118,13 @@ def format_summary(table: pd.DataFrame) -> str:
             "best group": [f"{k}/{n}" for k, n in zip(table["best_groups"], table["problems"], strict=True)],
         }
     )
-    return to_markdown(shown) + "\n" + RULES + "\n"
+
+
+def format_summary(table: pd.DataFrame) -> str:
+    """The summary as Markdown, with the rules it follows."""
+    if table.empty:
+        return "No problem has a ranked method.\n"
+    return to_markdown(display_summary(table, code=True)) + "\n" + RULES + "\n"
 
 
 def plot_summary(table: pd.DataFrame, ratios: pd.DataFrame, path: Path) -> Path | None:

@@ -26,6 +26,7 @@ import pytest
 
 from suite.core import data, data_command, data_download
 from suite.core.data_registry import KNOWN_FILES, DataFile
+from tests.local_mirror import local_mirror
 
 TINY = b"a,b\n1,2\n3,4\n"
 OTHER = b"x\n" * 500
@@ -130,24 +131,13 @@ def _silent(handler: http.server.BaseHTTPRequestHandler) -> None:
 def mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Mirror]:
     """A local mirror that ``TDBENCH_DATA_URL`` points at, with no data file anywhere else and downloads on."""
     state = Mirror()
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    state.base = f"http://127.0.0.1:{httpd.server_address[1]}/mirror"
-    monkeypatch.setenv(data.URL_VAR, state.base)
-    for var in ("NO_PROXY", "no_proxy"):  # never through a proxy
-        monkeypatch.setenv(var, "127.0.0.1,localhost")
     monkeypatch.setenv(data.ENV_VAR, str(tmp_path / "nothing-here"))
     monkeypatch.setenv(data.CACHE_VAR, str(tmp_path / "cache"))
     monkeypatch.delenv(data.OFFLINE_VAR, raising=False)
     monkeypatch.setattr(data, "REPO_ROOT", tmp_path / "repo")  # no ../shared/data
     monkeypatch.setattr(data, "_FAILED", {})
-    try:
+    with local_mirror(_handler(state), monkeypatch) as state.base:
         yield state
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=5)
 
 
 @pytest.fixture

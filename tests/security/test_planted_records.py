@@ -79,6 +79,7 @@ def test_an_option_value_nested_60000_deep_is_refused_with_exit_2_in_a_short_mes
     code = cli.main([*argv, "--option", f"rjmcmc-baseline.num_chains={_nested(60000)}"])
     err = capsys.readouterr().err
     assert code == 2
+    # a refusal quotes at most 120 characters of the flag and 240 of the option's message; before, 240,000
     assert "deep" in err and "more characters" in err and len(err) < 2000, err[:500]
     code = cli.main([*argv, "--option", f"rjmcmc-baseline.num_chains={'7' * 100000}x"])
     err = capsys.readouterr().err

@@ -78,6 +78,7 @@ def test_a_10_mb_failure_reason_is_cut_short_where_shown_and_kept_in_the_record(
     reason = "overflow " * (10 * 1024 * 1024 // 9)
     out = _folder(tmp_path, reason)
     assert cli.main(["report", str(out)]) == 0
+    # each shows the reason once or twice, 500 characters each; uncut, every one held more than 10 MB
     for name in ("index.html", "leaderboard_toy.md", "leaderboard_toy.csv"):
         assert (out / name).stat().st_size < 200_000, name
     assert "more characters in the record" in (out / "index.html").read_text()

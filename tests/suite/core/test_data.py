@@ -7,7 +7,6 @@ import http.server
 import os
 import re
 import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 
 from suite.core import data, data_command, data_download
 from suite.core.data_registry import KNOWN_FILES, DataFile
+from tests.local_mirror import local_mirror
 
 SHARED = data.REPO_ROOT.parent / "shared" / "data"
 TINY = b"a,b\n1,2\n3,4\n"
@@ -56,20 +56,8 @@ def _handler(server: Server) -> type[http.server.BaseHTTPRequestHandler]:
 def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
     """A local HTTP server that ``TDBENCH_DATA_URL`` points at."""
     state = Server()
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    state.base = f"http://127.0.0.1:{httpd.server_address[1]}/mirror"
-    state.routes.clear()
-    monkeypatch.setenv(data.URL_VAR, state.base)
-    for var in ("NO_PROXY", "no_proxy"):  # never through a proxy
-        monkeypatch.setenv(var, "127.0.0.1,localhost")
-    try:
+    with local_mirror(_handler(state), monkeypatch) as state.base:
         yield state
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=5)
 
 
 def _sha(body: bytes) -> str:
