@@ -46,7 +46,10 @@ def test_list_shows_everything_registered(capsys: pytest.CaptureFixture) -> None
             "unknown method 'nope'; valid methods: bayesdag, bges, ctrj, dagma, dibs, fr, fr-vip, iaf, mf, mif, ",
         ),
         (["--option", "vti-mcg.flwo=x"], "vti-mcg has no option 'flwo'; valid: "),
-        (["--option", "vti-surrogate.flow=nope(1)"], "vti-surrogate on block-vs: unknown flow type 'nope(1)'"),
+        (
+            ["--problems", "sas", "--option", "vti-surrogate.flow=nope(1)"],
+            "vti-surrogate on sas: unknown flow type 'nope(1)'",
+        ),
         (["--problem-option", "sas"], "expected PROBLEM.NAME=VALUE"),
         (["--problem-option", "nope.x=1"], "unknown problem 'nope'; valid problems: block-vs, "),
         (["--problem-option", "dag-mlp.sampels=64"], "dag-mlp has no option 'sampels'; valid: num_nodes, hidden, "),

@@ -33,32 +33,39 @@ class ModelLossBalance:
         """Update the statistics with the finite entries of the batch; weights 1 / max(sd_m, floor), mean 1."""
         finite = torch.isfinite(ell)
         self._observe(model_index[finite], ell[finite].to(torch.float64))
-        scale = self.mean_square_deviation.sqrt().clamp_min(self.floor)[model_index]
+        scale = self.mean_square_deviation[model_index].sqrt().clamp_min(self.floor)
         weight = torch.where(finite, 1.0 / scale, 0.0)
         total = weight.sum()
         return (weight * (finite.sum() / total) if total > 0 else weight).to(ell.dtype)
 
     def _observe(self, model_index: Tensor, ell: Tensor) -> None:
-        """Exponential averages over the batches in which a model appears (its first batch starts them)."""
+        """Exponential averages over the batches in which a model appears (its first batch starts them).
+
+        Only the batch's distinct models are read and written, so a step costs O(batch) even where the
+        statistics span millions of models (``robust-vs-p24``).
+        """
         if model_index.numel() == 0:
             return
-        num_models = self.mean.numel()
-        counts = torch.bincount(model_index, minlength=num_models).to(torch.float64)
-        present = counts > 0
-        batch_mean = torch.zeros_like(self.mean).index_add_(0, model_index, ell) / counts.clamp_min(1.0)
+        models, position = torch.unique(model_index, return_inverse=True)
+        counts = torch.bincount(position, minlength=models.numel()).to(torch.float64)
+        mean, msd, seen = self.mean[models], self.mean_square_deviation[models], self.seen[models]
+        batch_mean = torch.zeros_like(mean).index_add_(0, position, ell) / counts
         # Deviations from the running mean before this batch (from the batch's own mean where the model is new).
-        centre = torch.where(self.seen, self.mean, batch_mean)
-        squared = (ell - centre[model_index]).square()
-        batch_msd = torch.zeros_like(self.mean).index_add_(0, model_index, squared) / counts.clamp_min(1.0)
-        gain = torch.where(self.seen, 1.0 - self.decay**counts, 1.0)
-        msd = self.mean_square_deviation
-        self.mean = torch.where(present, self.mean + gain * (batch_mean - self.mean), self.mean)
-        self.mean_square_deviation = torch.where(present, msd + gain * (batch_msd - msd), msd)
-        self.seen |= present
+        centre = torch.where(seen, mean, batch_mean)
+        squared = (ell - centre[position]).square()
+        batch_msd = torch.zeros_like(mean).index_add_(0, position, squared) / counts
+        gain = torch.where(seen, 1.0 - self.decay**counts, 1.0)
+        self.mean[models] = mean + gain * (batch_mean - mean)
+        self.mean_square_deviation[models] = msd + gain * (batch_msd - msd)
+        self.seen[models] = True
 
     def state_dict(self) -> dict[str, Any]:
-        """The statistics, for resuming."""
-        return {"mean": self.mean, "mean_square_deviation": self.mean_square_deviation, "seen": self.seen}
+        """The statistics, for resuming (copies: the running ones are updated in place)."""
+        return {
+            "mean": self.mean.clone(),
+            "mean_square_deviation": self.mean_square_deviation.clone(),
+            "seen": self.seen.clone(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`."""

@@ -60,7 +60,7 @@ def test_snapshots_across_learning_rates_keep_counting() -> None:
     """Two learning rates in turn: one iteration count over both fits, the trace ends at the result."""
     context = RunContext(seed=2, profile="smoke", num_draws=64)
     method = make_method("fr", learning_rates=(1e-1, 1e-2), num_iterations=20)
-    result = resolve_and_run(method, make_problem("block-vs"), context)
+    result = resolve_and_run(method, make_problem("block-vs-simulated"), context)
     _assert_trace(context, result.model_probs.prob)
     assert context.snapshots[-1].iteration == 40
     assert any(s.iteration > 20 for s in context.snapshots[:-1])

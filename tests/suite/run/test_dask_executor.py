@@ -32,7 +32,7 @@ SMOKE_GRID = [
     "--profile",
     "smoke",
     "--problems",
-    "sas,block-vs",
+    "sas,block-vs-simulated",
     "--methods",
     "rjmcmc-baseline,trj,mif",
     "--seeds",
