@@ -182,16 +182,6 @@ def test_a_killed_client_loses_nothing_and_the_same_command_resumes(loopback_clu
     assert not _temporaries(out)
 
 
-def test_executor_dask_alone_starts_a_local_cluster(tmp_path: Path) -> None:
-    args = ["--profile", "smoke", "--problems", "sas", "--methods", "rjmcmc-baseline", "--seeds", "2"]
-    result = _run([*args, "--executor", "dask", "--jobs", "2"], tmp_path / "local-cluster")
-    assert result.returncode == 0, result.stderr
-    assert "a local Dask cluster of 2 worker process(es)" in result.stdout
-    records = _records(tmp_path / "local-cluster")
-    assert len(records) == 2 and all(record["executor"]["name"] == "dask" for record in records.values())
-    assert all(record["parallel"] == {"jobs": 2, "threads_per_job": 1} for record in records.values())
-
-
 BAD_INPUT = [
     (["--executor", "threads"], "invalid choice: 'threads' (choose from 'local', 'dask')"),
     (["--scheduler", "tcp://127.0.0.1:8786"], "--scheduler applies only with --executor dask"),
@@ -260,6 +250,7 @@ def test_without_distributed_the_error_says_what_to_install(monkeypatch: pytest.
 
 
 def test_a_run_whose_worker_keeps_dying_is_recorded_as_failed_and_the_grid_goes_on(tmp_path: Path) -> None:
+    """Also the local cluster that --executor dask starts alone (merged: the test of it ran the same command kind)."""
     out = tmp_path / "no-retries"
     command = [sys.executable, "run_all.py", "--no-progress", "--out", str(out), *SLOW_GRID, "--seeds", "3"]
     command += ["--executor", "dask", "--jobs", "2", "--retries", "0"]
@@ -293,6 +284,11 @@ def test_a_run_whose_worker_keeps_dying_is_recorded_as_failed_and_the_grid_goes_
     reasons = [(record["reason"], record.get("executor")) for record in records.values()]
     assert [record["status"] for record in records.values()].count("ok") == 2, reasons
     assert "1 of 3 runs failed in their method" in stdout
+    # --executor dask without --scheduler starts a local cluster of --jobs worker processes, one thread each.
+    assert "a local Dask cluster of 2 worker process(es)" in "".join(lines)
+    assert all(record["executor"]["name"] == "dask" for record in records.values())
+    ok = [record for record in records.values() if record["status"] == "ok"]
+    assert all(record["parallel"] == {"jobs": 2, "threads_per_job": 1} for record in ok)
 
 
 def test_the_client_writes_a_task_s_files_then_its_record(tmp_path: Path) -> None:
