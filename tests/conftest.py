@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,9 +28,10 @@ os.environ["TDBENCH_OFFLINE"] = "1"
 
 # JAX's persistent compilation cache, shared by the xdist workers and the subprocesses (which inherit these
 # variables): the reference engine compiles identical NUTS and SMC programs again and again (per chain, per model,
-# per test), and a hit replaces a compile. It lives in .pytest_cache (a fresh clone starts cold; `--cache-clear`
-# empties it). A size limit turns on JAX's file lock, so that two processes never read a half-written entry.
-# Cached executables are the ones JAX compiles, so no result changes (docs/testing.md, "Where the time goes").
+# per test), and a hit replaces a compile. It lives in .pytest_cache/jax-compilation (ignored by git; a fresh clone
+# starts cold, and deleting the folder starts cold again). A size limit turns on JAX's file lock, so that two
+# processes never read a half-written entry. Cached executables are the ones JAX compiles, so no result changes
+# (docs/testing.md, "Where the time goes").
 _JAX_CACHE = {
     "jax_compilation_cache_dir": str(Path(__file__).resolve().parents[1] / ".pytest_cache" / "jax-compilation"),
     "jax_persistent_cache_min_compile_time_secs": 0.0,
@@ -40,9 +40,6 @@ _JAX_CACHE = {
 }
 for _name, _value in _JAX_CACHE.items():
     os.environ.setdefault(_name.upper(), str(_value))
-if "jax" in sys.modules:  # imported before this file (by a plug-in): its configuration has read the variables
-    for _name, _value in _JAX_CACHE.items():
-        sys.modules["jax"].config.update(_name, type(_value)(os.environ[_name.upper()]))
 
 # Under pytest-xdist each worker process gets one torch (and BLAS) thread: two workers on two cores, not four
 # threads fighting over them. Subprocesses inherit OMP_NUM_THREADS.
