@@ -18,6 +18,7 @@ _EXPORTS = {
     "Result": "suite.core.method",
     "BinarySpace": "suite.core.model_space",
     "CategoricalSpace": "suite.core.model_space",
+    "CountSpace": "suite.core.model_space",
     "ModelSpace": "suite.core.model_space",
     "ExactTransport": "suite.core.problem",
     "Problem": "suite.core.problem",

@@ -141,6 +141,62 @@ class BinarySpace(ModelSpace):
         return model_index ^ (1 << bit), torch.zeros(model_index.shape, device=model_index.device)
 
 
+class CountSpace(ModelSpace):
+    """The counts ``low, low + 1, ..., high`` (change points, components, an AR order); jumps go to a neighbour.
+
+    Index ``i`` is the count ``low + i`` and its identifier ``"<label>=<count>"`` (``"k=3"``). A jump moves up or
+    down by one with probability 1/2 each, and from an end of the range to its only neighbour (probability 1),
+    which is Green (1995)'s birth-death move between neighbouring dimensions; the log ratio says so.
+    """
+
+    def __init__(self, low: int, high: int, label: str = "k") -> None:
+        if not (isinstance(low, int) and isinstance(high, int)) or not 0 <= low <= high:
+            raise ValueError(f"need integers 0 <= low <= high; got low={low!r}, high={high!r}")
+        if not label.isidentifier():
+            raise ValueError(f"label must be a short name such as 'k'; got {label!r}")
+        self.low, self.high, self.label = low, high, label
+        self.num_models = high - low + 1
+
+    def identifier(self, index: int) -> str:
+        """``"<label>=<count>"`` of model ``index``."""
+        return f"{self.label}={self.low + int(index)}"
+
+    def index(self, identifier: str) -> int:
+        """Index of ``"<label>=<count>"``."""
+        label, _, count = identifier.partition("=")
+        if label != self.label or not count.isdigit() or not self.low <= int(count) <= self.high:
+            raise KeyError(f"expected {self.label}=<count> with {self.low} <= count <= {self.high}; got {identifier!r}")
+        return int(count) - self.low
+
+    def count(self, model_index: Tensor) -> Tensor:
+        """The count of each model (int64)."""
+        return model_index + self.low
+
+    def sample_uniform(self, num: int, generator: torch.Generator) -> Tensor:
+        """Uniform draws over the counts."""
+        return torch.randint(0, self.num_models, (num,), generator=generator, device=generator.device)
+
+    def propose_jump(self, model_index: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        """Up or down by one (1/2 each), from an end to its neighbour; the log ratio of reverse to forward."""
+        last = self.num_models - 1
+        zeros = torch.zeros(model_index.shape, device=model_index.device)
+        if last == 0:
+            return model_index.clone(), zeros
+        up = torch.rand(model_index.shape, generator=generator, device=model_index.device) < 0.5
+        proposed = torch.where(
+            model_index == 0, 1, torch.where(model_index == last, last - 1, model_index + 2 * up - 1)
+        )
+        if last == 1:
+            return proposed, zeros
+        log_half = -torch.log(torch.tensor(2.0, device=model_index.device))
+        at_end = (model_index == 0) | (model_index == last)
+        lands_at_end = (proposed == 0) | (proposed == last)
+        # log j(m | m') - log j(m' | m): -log 2 for a move from the interior, 0 from an end.
+        reverse = torch.where(lands_at_end, zeros, zeros + log_half)
+        forward = torch.where(at_end, zeros, zeros + log_half)
+        return proposed, reverse - forward
+
+
 def model_keys(model_index: Tensor) -> list[Any]:
     """Hashable Python keys of a batch of model indices: ints for ``[B]``, tuples of ints for ``[B, W]``."""
     values = model_index.detach().cpu().tolist()
