@@ -57,7 +57,9 @@ def build_parser(prog: str = "run_all.py") -> argparse.ArgumentParser:
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``run``, shared by ``tdbench run`` and ``run_all.py``."""
-    parser.add_argument("--problems", default="all", help="comma-separated problem names, or 'all' (default)")
+    parser.add_argument(
+        "--problems", default="all", help="comma-separated problem names or groups (classics), or 'all' (default)"
+    )
     parser.add_argument("--methods", default="all", help="comma-separated method names, or 'all' (default)")
     parser.add_argument(
         "--seeds",

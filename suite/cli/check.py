@@ -28,7 +28,7 @@ from suite.run import UsageError, conformance
 from suite.run.conformance import CheckResult
 from suite.run.method_checks import CHECK_BUDGET_S, check_method
 from suite.run.problem_checks import check_problem
-from suite.run.spec import parse_names
+from suite.run.spec import parse_names, problem_groups
 
 #: The longest deadline of one check (7 days; a thread's wait takes no more than ``threading.TIMEOUT_MAX``).
 MAX_DEADLINE_S = 604_800
@@ -87,7 +87,11 @@ def main(arguments: list[str] | None = None, prog: str = "tdbench check") -> int
         print(f"{prog}: error: --deadline must be positive, at most {MAX_DEADLINE_S} seconds", file=sys.stderr)
         return 2
     try:
-        problems = None if args.problems is None else parse_names(args.problems, available_problems(), "problem")
+        problems = (
+            None
+            if args.problems is None
+            else parse_names(args.problems, available_problems(), "problem", problem_groups())
+        )
     except UsageError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2

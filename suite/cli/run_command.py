@@ -23,6 +23,7 @@ from suite.run import GridOutcome, UsageError, plan_grid, run_grid
 from suite.run.claims import UnsafeLockError
 from suite.run.interrupts import Interrupted, exit_status, signals_interrupt
 from suite.run.shards import dry_run_line
+from suite.run.spec import problem_groups
 
 
 def print_registry() -> None:
@@ -45,6 +46,11 @@ def _print_registry() -> None:
         print(clip(f"  {name:<{width}}  {text}"))
         if note:  # why it cannot run here is never cut short
             print("\n".join(wrap(f"unavailable: {note}", indent=" " * (width + 4))))
+    groups = problem_groups()
+    if groups:
+        print("Problem groups (`--problems GROUP` runs every member):")
+        for group, members in groups.items():
+            print(clip(f"  {group:<{width}}  {', '.join(members)}"))
     print("Methods:")
     for name, text in methods.items():
         print(clip(f"  {name:<{width}}  {text}"))

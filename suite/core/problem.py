@@ -200,6 +200,10 @@ class Problem(ABC):
             )
             cls.planned_in = tuple(vars(cls)["profiles"])
 
+    #: Names of groups this problem belongs to: ``--problems GROUP`` selects every registered member (e.g.
+    #: ``classics``, the field's classic data sets). A group name must not be a problem's name.
+    groups: ClassVar[tuple[str, ...]] = ()
+
     #: Compute seconds every method gets on this problem, per profile (equal-time comparison); a profile not listed
     #: runs the methods' iteration counts. Only ``quick`` is timed: ``smoke`` must stay seconds, ``paper`` keeps
     #: the papers' iteration counts.

@@ -43,20 +43,37 @@ class UsageError(ValueError):
     """Bad input to a grid (a flag, a spec field), reported before any work starts."""
 
 
-def parse_names(text: str | Sequence[str], valid: Mapping[str, str], kind: str) -> list[str]:
-    """Names from ``"all"``, ``"a,b"`` or a sequence, checked against ``valid``; duplicates dropped, order kept."""
+def problem_groups() -> dict[str, list[str]]:
+    """Each group name of the registered problems (``Problem.groups``) with its members, in registration order."""
+    groups: dict[str, list[str]] = {}
+    for name in available_problems():
+        for group in problem_class(name).groups:
+            groups.setdefault(group, []).append(name)
+    return groups
+
+
+def parse_names(
+    text: str | Sequence[str], valid: Mapping[str, str], kind: str, groups: Mapping[str, list[str]] | None = None
+) -> list[str]:
+    """Names from ``"all"``, ``"a,b"`` or a sequence, checked against ``valid``; duplicates dropped, order kept.
+
+    A name in ``groups`` stands for its members (``--problems classics``).
+    """
+    groups = groups or {}
     if isinstance(text, str):
         names = list(valid) if text.strip() == "all" else [n.strip() for n in text.split(",") if n.strip()]
     else:
         names = [str(name).strip() for name in text if str(name).strip()]
+    names = [member for name in names for member in (groups[name] if name in groups and name not in valid else [name])]
+    choices = ", ".join(valid) + (f"; groups: {', '.join(groups)}" if groups else "")
     if not names:
-        raise UsageError(f"no {kind}s given; valid {kind}s: {', '.join(valid)}")
+        raise UsageError(f"no {kind}s given; valid {kind}s: {choices}")
     unknown = [n for n in names if n not in valid]
     if unknown:  # a plug-in that failed to load or was refused is named with the reason
         refused = [reason for n in unknown if (reason := refusal(kind, n))]
         unknown = [n for n in unknown if not refusal(kind, n)]
         if unknown:
-            refused.append(f"unknown {kind}(s) {', '.join(map(repr, unknown))}; valid {kind}s: {', '.join(valid)}")
+            refused.append(f"unknown {kind}(s) {', '.join(map(repr, unknown))}; valid {kind}s: {choices}")
         raise UsageError("; ".join(refused))
     return list(dict.fromkeys(names))
 
@@ -173,8 +190,9 @@ class GridSpec:
 
     @staticmethod
     def _names(value: str | Sequence[str], kind: str) -> list[str]:
-        valid = available_problems() if kind == "problem" else available_methods()
-        return parse_names(value, valid, kind)
+        if kind == "problem":
+            return parse_names(value, available_problems(), kind, problem_groups())
+        return parse_names(value, available_methods(), kind)
 
     def problem_names(self) -> list[str]:
         """The problems to plan: those named, or with ``"all"`` those whose class plans them in the profile."""
