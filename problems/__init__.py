@@ -2,15 +2,20 @@
 
 from problems import (  # noqa: F401  (each registers its problems)
     block_vs,
+    coal_mining,
     conjugate_vs,
     dag_mlp,
     eight_schools,
     factor_analysis,
     funnel,
+    galaxy,
     gmm_2d,
     linear_dag,
     linear_dag_bge,
+    lynx_ar,
+    pines,
     robust_vs,
     sas,
     seeds,
+    us_crime,
 )
