@@ -89,13 +89,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             items[:] = [item for item in items if not item.get_closest_marker("benchmark")]
 
 
+#: Problems whose exact answers take seconds to enumerate and are cached per process (2^20 conjugate evidences:
+#: 12-15 s; the two share one configuration): the tests parametrised with them run on one worker.
+ENUMERATED_ONCE_PER_PROCESS = ("conjugate-vs-p20", "conjugate-vs-fig4-p20")
+ENUMERATED_GROUP = "exact-conjugate-vs-p20"
+
+
 def shared_setup_group(item: pytest.Item) -> str | None:
     """The pytest-xdist group of a test that uses a module- or session-scoped fixture of the tests, else None.
 
     Under ``--dist loadgroup`` a group runs on one worker, so an expensive shared setup (a smoke grid, a trained
     flow, an installed plug-in) is made once, not once per worker. A session fixture names the group (its users
-    may sit in several modules); a module fixture groups its module. Other tests go to whichever worker is free.
+    may sit in several modules); a module fixture groups its module. Tests parametrised with a problem whose exact
+    answers are enumerated once per process share a group too. Other tests go to whichever worker is free.
     """
+    if any(f"[{name}]" in item.nodeid for name in ENUMERATED_ONCE_PER_PROCESS):
+        return ENUMERATED_GROUP
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return None

@@ -203,6 +203,7 @@ def test_sweep_registration_and_profiles() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("exact-conjugate-vs-p20")  # the 2^20 evidences, computed once per process
 def test_p20_enumerates_all_models_and_draws_exactly() -> None:
     # 2^20 = 1,048,576 models in chunks: about 10 s on the 2-core CI machine, peak memory under 0.6 GB.
     problem = make_problem("conjugate-vs-p20")
