@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from suite.studies.bayesdag_fig2 import BAYESDAG_FIG2
 from suite.studies.bbe import BBEStudy
+from suite.studies.classics import CLASSICS
 from suite.studies.mif_ablations import MIF_ABLATIONS
 from suite.studies.study import Study
 from suite.studies.trj_blockvs import TRJ_BLOCKVS
@@ -20,5 +21,6 @@ from suite.studies.vti_robust_vs import VTI_ROBUST_VS
 
 #: Registered studies by name; each has ``name``, ``description`` and ``run(out, seeds, force) -> exit code``.
 STUDIES: dict[str, Study | BBEStudy] = {
-    study.name: study for study in (MIF_ABLATIONS, TRJ_FA, TRJ_BLOCKVS, VTI_ROBUST_VS, VTI_CARDINALITY, BAYESDAG_FIG2)
+    study.name: study
+    for study in (MIF_ABLATIONS, TRJ_FA, TRJ_BLOCKVS, VTI_ROBUST_VS, VTI_CARDINALITY, BAYESDAG_FIG2, CLASSICS)
 }
