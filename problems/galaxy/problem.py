@@ -36,7 +36,8 @@ one CPU core these settings would take days. The k = 1 evidence agrees with quad
 5,000 particles, 400 moves) differs by up to 0.3 nats at k = 5..9 (TV 0.064 between the two p(k | y)), more than
 the runs' spread shows: SMC's random walk mixes slowly between a mixture's modes, so treat ~0.05 in TV as the
 reference's own error. p(k | y): k = 3..10: 0.065, 0.137, 0.192, 0.240, 0.160, 0.086, 0.055, 0.028 (RG Table 1:
-0.061, 0.128, 0.182, 0.199, 0.160, 0.109, 0.071, 0.040 as recalled, not checked against the paper here).
+0.061, 0.128, 0.182, 0.199, 0.160, 0.109, 0.071, 0.040, as the sBIC package's galaxy vignette quotes that table;
+the paper itself was not at hand).
 
 Data: ``data="rg"`` (default) reads mixAK's ``Galaxy.R``, the 82 velocities in 1000 km/s as RG used them;
 ``"mass"`` reads MASS's ``galaxies.csv`` (one entry differs: 26.690 there for 26.960, see

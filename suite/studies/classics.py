@@ -33,6 +33,8 @@ METHODS = (
 #: The papers' own figures that the suite's answers were checked against (docs/problems.md).
 PAPER_FIGURES = {
     "pines": "Friel & Wyse (2012): log p(y | M1) = -310.128, log p(y | M2) = -301.704",
+    "galaxy": "Richardson & Green (1997), Table 1 (their k_max = 30; as the sBIC package quotes it): p(k | y) for "
+    "k = 3..10 0.061, 0.128, 0.182, 0.199, 0.160, 0.109, 0.071, 0.040",
 }
 #: Models listed per problem in the details.
 TOP_MODELS = 5

@@ -28,3 +28,5 @@ def test_the_details_list_the_exact_answers_and_the_papers_figures(tmp_path: Pat
     assert f"- lynx-ar: p=2: {float(exact.prob[0]):.4f}, " in text  # AR(2) carries 0.82 of the mass
     assert "adjusted-density: 0.9998" in text and "log p(y | M1) = -310.128" in text
     assert all(f"- {name}: " in text for name in CLASSICS.problems)
+    if not make_problem("galaxy").unavailable_reason():  # RG's Table 1 beside the SMC reference
+        assert "Table 1" in text.split("- galaxy: ")[1].split("\n- ")[0]
