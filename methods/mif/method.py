@@ -75,6 +75,11 @@ SCORING_CHUNK = 64
 PACE_FROM = 0.02
 CALIBRATION_SHARE = 0.1
 CALIBRATION_STEPS = 5
+#: A training step is undone (parameters and Adam's moments back to before it, learning rate halved) when a model's
+#: negative ELBO estimate afterwards exceeds its lowest so far by more than ``DIVERGENCE_RATIO`` times the larger of
+#: that lowest value's magnitude and ``DIVERGENCE_FLOOR`` nats: a jump no sampling noise of a converging fit makes.
+DIVERGENCE_RATIO = 10.0
+DIVERGENCE_FLOOR = 1000.0
 #: Importance weights per model a snapshot uses (at least one step's): the latest training steps' since the last one.
 SNAPSHOT_DRAWS = 128
 
@@ -89,6 +94,7 @@ _PROFILES: dict[str, dict[str, Any]] = {
         "schedule": "cosine",
         "init": "zero-z",
         "clip_grad_norm": 10.0,
+        "undo_divergent_steps": True,
     },
     "quick": {
         "num_iterations": 1000,
@@ -100,6 +106,7 @@ _PROFILES: dict[str, dict[str, Any]] = {
         "schedule": "cosine",
         "init": "zero-z",
         "clip_grad_norm": 10.0,
+        "undo_divergent_steps": True,
     },
     # MIF paper App. D: 100,000 Adam iterations, 256 draws per gradient, best of six learning rates 1e-1..1e-6,
     # h = 2^10 hidden units (Table 3).
@@ -113,6 +120,7 @@ _PROFILES: dict[str, dict[str, Any]] = {
         "schedule": "constant",
         "init": "paper",
         "clip_grad_norm": None,
+        "undo_divergent_steps": False,
     },
 }
 #: The presets of the methods without an ``init`` option (only MIF has one).
@@ -133,6 +141,9 @@ class _PerModelVI(Method):
     evidence: str = "importance"
     #: Clip the gradient's norm to this (None: no clipping, as the paper).
     clip_grad_norm: float | None = None
+    #: Undo a step after which a model's fit diverged, at half the learning rate (``DIVERGENCE_RATIO``; False: the
+    #: paper's plain Adam, and no copy of the parameters and Adam's state per step).
+    undo_divergent_steps: bool | None = None
     #: Learning-rate schedule: "constant" (the paper's) or "cosine" (decay to 0: less gradient noise at the end).
     schedule: str | None = None
     #: Hidden units of each MIF/IAF conditioner's ReLU MLP (0: affine conditioners; unused by the Gaussians).
@@ -208,7 +219,7 @@ class _PerModelVI(Method):
         #: Budgeted: the chosen fits' evidence (log weight, its SE, ESS) from their scoring draws.
         best_scored: tuple[Tensor, Tensor, Tensor] | None = None
         history: dict[str, list[float]] = {}
-        skipped_total = 0
+        skipped_total = undone_total = 0
         steps: list[int] = []
         scored_draws: list[int] = []
         iteration = 0  # gradient steps and (budgeted) scoring chunks so far, over all learning rates
@@ -217,7 +228,9 @@ class _PerModelVI(Method):
             with context.timer.phase("train"):
                 family = self._family(problem, active, prior_fn, dtype, generator).to(device)
                 running.start(self._batch(family))
-                curve, skipped, done = self._fit(family, target, rate, index, iteration, generator, context, running)
+                curve, skipped, undone, done = self._fit(
+                    family, target, rate, index, iteration, generator, context, running
+                )
                 iteration += done
                 steps.append(done)
                 if done and not context.budgeted:
@@ -234,6 +247,7 @@ class _PerModelVI(Method):
                 elbo, scored = _finite_mean(log_w), _evidence_from_log_weights(log_w)
                 log_z = scored[0]
             skipped_total += skipped
+            undone_total += undone
             history[f"{rate:g}"] = curve
             better = elbo > best_elbo
             best_elbo = torch.where(better, elbo, best_elbo)
@@ -277,6 +291,7 @@ class _PerModelVI(Method):
             "importance_ess": ess.tolist() if len(models) <= 256 else None,
             "chosen_learning_rate": best_rate.tolist() if len(models) <= 256 else None,
             "skipped_steps": skipped_total,
+            "undone_steps": undone_total,
             "training_steps": steps,
             "scoring_draws": scored_draws if context.budgeted else None,
             "loss_curves": history,
@@ -339,8 +354,8 @@ class _PerModelVI(Method):
         generator: torch.Generator,
         context: RunContext,
         running: _RunningEvidence,
-    ) -> tuple[list[float], int, int]:
-        """Adam on the summed negative ELBOs of all models; returns a thinned loss curve, skipped and taken steps.
+    ) -> tuple[list[float], int, int, int]:
+        """Adam on the summed negative ELBOs of all models; returns a thinned loss curve, skipped, undone, taken steps.
 
         Without a budget: ``num_iterations`` steps (a cosine schedule spans them). With one: until the training
         part of this rate's share of the budget is spent (see the module docstring), or the projected steps of a
@@ -362,6 +377,7 @@ class _PerModelVI(Method):
         paced: tuple[int, float] | None = None  # (step, fraction of the budget used) where the pace is measured from
         curve: list[float] = []
         skipped = 0
+        guard = _StepGuard(family, optimiser) if self.undo_divergent_steps else None
         label = f"{self.name} lr={rate:g}"
         bar = tqdm(total=horizon, desc=label, disable=not context.progress or None, leave=False, mininterval=1.0)
         record_every = 1 if budgeted else max(1, planned // 200)
@@ -388,8 +404,9 @@ class _PerModelVI(Method):
                             pace = (step - paced[0]) / max(used - paced[1], 1e-12)  # steps per budget fraction
                             horizon = step + max(1, int(pace * (share_end - used)))
                     fraction = 0.0 if horizon is None else step / horizon
+                    factor = 1.0 if guard is None else guard.lr_factor
                     for group in optimiser.param_groups:
-                        group["lr"] = rate * 0.5 * (1.0 + math.cos(math.pi * fraction))
+                        group["lr"] = rate * factor * 0.5 * (1.0 + math.cos(math.pi * fraction))
             elif step >= planned:
                 break
             z, log_q = family.sample(batch, generator)
@@ -399,7 +416,11 @@ class _PerModelVI(Method):
             optimiser.zero_grad(set_to_none=True)
             if not bool(torch.isfinite(loss)):
                 skipped += 1  # a draw in a region where the target or q overflows; the step is dropped
+            elif guard is not None and guard.diverged(per_model.detach()):
+                guard.undo()  # the previous step sent a fit off (see DIVERGENCE_RATIO): back to before it
             else:
+                if guard is not None:
+                    guard.keep(per_model.detach())
                 running.record(log_w.detach())
                 loss.backward()
                 if self.clip_grad_norm:
@@ -418,7 +439,7 @@ class _PerModelVI(Method):
         bar.close()
         if budgeted and len(curve) > 200:
             curve = curve[:: len(curve) // 200]
-        return curve, skipped, step
+        return curve, skipped, 0 if guard is None else guard.undone, step
 
 
 # ------------------------------------------------------------------ pieces
@@ -433,6 +454,52 @@ class _Target:
         k, n, d = z.shape
         theta = z[..., self.inverse].reshape(k * n, d)
         return self.problem.log_joint(m_rows.repeat_interleave(n), theta).reshape(k, n)
+
+
+class _StepGuard:
+    """Undoes a training step after which a model's negative ELBO jumped (see ``DIVERGENCE_RATIO``).
+
+    :meth:`keep` stores the parameters and Adam's state that gave an accepted loss, before the step from them;
+    :meth:`undo` restores them and halves the learning rate (``lr_factor``, also for budgeted schedules, which set
+    the rate each step). Fits that never jump are untouched, bit for bit.
+    """
+
+    def __init__(self, family: VariationalFamily, optimiser: torch.optim.Optimizer) -> None:
+        self.family, self.optimiser = family, optimiser
+        self.lowest: Tensor | None = None  # per model, the lowest negative ELBO estimate of an accepted step
+        self.saved: tuple[list[Tensor], dict[int, dict[str, Any]]] | None = None
+        self.lr_factor = 1.0
+        self.undone = 0
+
+    def diverged(self, elbo: Tensor) -> bool:
+        """Whether any model's negative ELBO estimate is that far above its lowest so far."""
+        if self.lowest is None or self.saved is None:
+            return False
+        allowed = DIVERGENCE_RATIO * self.lowest.abs().clamp_min(DIVERGENCE_FLOOR)
+        return bool((-elbo - self.lowest > allowed).any())
+
+    def keep(self, elbo: Tensor) -> None:
+        """An accepted step's per-model ELBO estimates; saves the state the next step starts from."""
+        self.lowest = -elbo if self.lowest is None else torch.minimum(self.lowest, -elbo)
+        params = [p.detach().clone() for p in self.family.parameters()]
+        state = {
+            i: {k: v.clone() if isinstance(v, Tensor) else v for k, v in self.optimiser.state[p].items()}
+            for i, p in enumerate(self.family.parameters())
+        }
+        self.saved = (params, state)
+
+    def undo(self) -> None:
+        """Back to the saved parameters and Adam state, at half the learning rate."""
+        assert self.saved is not None
+        params, state = self.saved
+        with torch.no_grad():
+            for i, (p, old) in enumerate(zip(self.family.parameters(), params, strict=True)):
+                p.copy_(old)
+                self.optimiser.state[p] = {k: v.clone() if isinstance(v, Tensor) else v for k, v in state[i].items()}
+        self.lr_factor *= 0.5
+        for group in self.optimiser.param_groups:
+            group["lr"] *= 0.5
+        self.undone += 1
 
 
 def _prior_function(problem: Problem, models: Tensor, order: Tensor, inverse: Tensor) -> Any:

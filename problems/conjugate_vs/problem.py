@@ -29,6 +29,7 @@ from torch import Tensor
 from problems.conjugate_vs import posterior
 from problems.conjugate_vs.data import generate
 from problems.conjugate_vs.posterior import NOISES, PRIORS, ConjugatePrior, Sufficient
+from problems.enumerated import exact_answers, exact_joint_entropy, exact_model_probs
 from suite.core.backend import TORCH
 from suite.core.model_space import BinarySpace
 from suite.core.problem import Problem
@@ -204,15 +205,7 @@ class ConjugateVS(Problem):
                 fac = posterior.factors(self.stats, self.hyper, masks, precision)
                 log_evidence.append(fac.log_evidence)
                 entropy.append(posterior.conditional_entropy(self.hyper, self.stats.n, masks, fac))
-            log_evidence_all = torch.cat(log_evidence)
-            log_joint_models = log_evidence_all + self._log_model_prior
-            log_z = torch.logsumexp(log_joint_models, 0)
-            self._exact = {
-                "log_evidence": log_evidence_all,
-                "conditional_entropy": torch.cat(entropy),
-                "log_posterior": log_joint_models - log_z,
-                "log_z": log_z,
-            }
+            self._exact = exact_answers(torch.cat(log_evidence), self._log_model_prior, torch.cat(entropy))
             _EXACT_CACHE[key] = self._exact
         return self._exact
 
@@ -222,8 +215,7 @@ class ConjugateVS(Problem):
 
     def reference_model_probs(self) -> ModelProbs:
         """Exact p(m | y) of all 2^p models (standard errors zero)."""
-        prob = self._enumerate()["log_posterior"].exp()
-        return ModelProbs.from_dense(prob, torch.zeros_like(prob))
+        return exact_model_probs(self._enumerate())
 
     def exact_log_evidence(self) -> float:
         """log Z = log p(y) = logsumexp_m (log p(y | m) + log p(m))."""
@@ -231,10 +223,7 @@ class ConjugateVS(Problem):
 
     def exact_entropy(self) -> float:
         """H(m, theta) = H(m) + sum_m p(m) H(theta | m), theta in the unconstrained active coordinates."""
-        exact = self._enumerate()
-        prob = exact["log_posterior"].exp()
-        entropy_m = -float(torch.xlogy(prob, prob).sum())
-        return entropy_m + float((prob * exact["conditional_entropy"]).sum())
+        return exact_joint_entropy(self._enumerate())
 
     def model_factors(self, model_index: Tensor) -> posterior.Factors:
         """Exact posterior factors of the given models (any number; evaluated once per row)."""

@@ -34,6 +34,7 @@ from torch import Tensor
 
 from problems.conjugate_vs import posterior
 from problems.conjugate_vs.posterior import PRIORS, ConjugatePrior, Sufficient
+from problems.enumerated import exact_answers, exact_joint_entropy, exact_model_probs
 from problems.lynx_ar.data import DATA_FILE, NUM_YEARS, lagged, load_lynx
 from suite.core.data import unavailable_reason
 from suite.core.model_space import CountSpace
@@ -167,14 +168,8 @@ class LynxAR(Problem):
         if self._exact is None:
             masks = self._masks()[:, : self.max_order]
             fac = posterior.factors(self.stats, self.hyper, masks)
-            log_joint_models = fac.log_evidence + self._log_model_prior
-            log_z = torch.logsumexp(log_joint_models, 0)
-            self._exact = {
-                "factors": fac,
-                "log_posterior": log_joint_models - log_z,
-                "log_z": log_z,
-                "conditional_entropy": posterior.conditional_entropy(self.hyper, self.stats.n, masks, fac),
-            }
+            entropy = posterior.conditional_entropy(self.hyper, self.stats.n, masks, fac)
+            self._exact = {"factors": fac, **exact_answers(fac.log_evidence, self._log_model_prior, entropy)}
         return self._exact
 
     def log_evidence(self) -> Tensor:
@@ -183,8 +178,7 @@ class LynxAR(Problem):
 
     def reference_model_probs(self) -> ModelProbs:
         """Exact p(p | y) (standard errors zero)."""
-        prob = self._enumerate()["log_posterior"].exp()
-        return ModelProbs.from_dense(prob, torch.zeros_like(prob))
+        return exact_model_probs(self._enumerate())
 
     def exact_log_evidence(self) -> float:
         """log Z = log sum_p p(y | p) / (P + 1)."""
@@ -192,9 +186,7 @@ class LynxAR(Problem):
 
     def exact_entropy(self) -> float:
         """H(p, theta) = H(p) + sum_p p(p | y) H(phi_{1:p}, log s2 | p, y)."""
-        exact = self._enumerate()
-        prob = exact["log_posterior"].exp()
-        return -float(torch.xlogy(prob, prob).sum()) + float((prob * exact["conditional_entropy"]).sum())
+        return exact_joint_entropy(self._enumerate())
 
     def reference_draws(self, num_draws: int, generator: torch.Generator) -> Draws:
         """Exact draws p ~ p(p | y), (phi, log s2) ~ p(. | p, y); float64 on the CPU, inactive entries zero."""

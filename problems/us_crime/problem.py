@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from problems.enumerated import exact_answers, exact_joint_entropy, exact_model_probs
 from problems.us_crime import hyper_g, posterior
 from problems.us_crime.data import COVARIATES, DATA_FILE, NUM_STATES, load_uscrime
 from problems.us_crime.posterior import LOG_2PI, Design
@@ -198,9 +199,9 @@ class USCrime(Problem):
                 parts["log_evidence"].append(log_evidence)
                 parts["entropy"].append(entropy)
                 parts["log_prior"].append(self.log_model_prior(index))
-            log_evidence = torch.cat(parts["log_evidence"])
-            log_joint_models = log_evidence + torch.cat(parts["log_prior"])
-            log_z = torch.logsumexp(log_joint_models, 0)
+            exact = exact_answers(
+                torch.cat(parts["log_evidence"]), torch.cat(parts["log_prior"]), torch.cat(parts["entropy"])
+            )
             self._exact = {
                 "factors": posterior.SubsetFactors(
                     *(
@@ -208,10 +209,7 @@ class USCrime(Problem):
                         for name in ("chol", "half_log_det", "r2", "ols", "dims")
                     )
                 ),
-                "log_evidence": log_evidence,
-                "log_posterior": log_joint_models - log_z,
-                "log_z": log_z,
-                "conditional_entropy": torch.cat(parts["entropy"]),
+                **exact,
             }
             _EXACT_CACHE[key] = self._exact
         return self._exact
@@ -237,8 +235,7 @@ class USCrime(Problem):
 
     def reference_model_probs(self) -> ModelProbs:
         """Exact p(gamma | y) (standard errors zero)."""
-        prob = self.posterior_model_probs()
-        return ModelProbs.from_dense(prob, torch.zeros_like(prob))
+        return exact_model_probs(self._enumerate())
 
     def exact_log_evidence(self) -> float:
         """log Z = log sum_gamma p(y | gamma) p(gamma) (with the flat prior's constant 1 on alpha and log s2)."""
@@ -246,9 +243,7 @@ class USCrime(Problem):
 
     def exact_entropy(self) -> float:
         """H(gamma, theta) = H(gamma) + sum_gamma p(gamma | y) H(alpha, beta_gamma, log s2 | gamma, y)."""
-        exact = self._enumerate()
-        prob = exact["log_posterior"].exp()
-        return -float(torch.xlogy(prob, prob).sum()) + float((prob * exact["conditional_entropy"]).sum())
+        return exact_joint_entropy(self._enumerate())
 
     def reference_draws(self, num_draws: int, generator: torch.Generator) -> Draws:
         """Exact draws gamma ~ p(gamma | y), theta ~ p(theta | gamma, y); float64 on the CPU, inactive entries zero."""
