@@ -11,6 +11,13 @@ With location 0 and scale s for every model this is the textbook move with
 g = N(0, s^2) and unit Jacobian; with per-model moments it is a
 moment-matched jump.
 
+With ``global_prob > 0`` each chain independently draws its proposal, with that
+probability, uniformly from the other models instead of from the model space's
+jump. The choice does not depend on the state, so the move is a mixture of two
+pi-reversible kernels (the uniform draw is symmetric: its log ratio is zero)
+and stays pi-reversible; it lets chains cross low-probability valleys that
+neighbour jumps (birth-death on counts) cross only rarely.
+
 Within-model move: Gaussian random walk on the active coordinates with a
 per-chain Cholesky factor (the proposal is symmetric).
 """
@@ -50,6 +57,27 @@ def init_state(
     return ChainState(model_index, theta, problem.log_joint(model_index, theta))
 
 
+def propose_model(
+    problem: Problem, model_index: Tensor, generator: torch.Generator, global_prob: float = 0.0
+) -> tuple[Tensor, Tensor]:
+    """The space's jump, or with probability ``global_prob`` a uniform draw of another model; models and log ratios."""
+    m_new, log_ratio = problem.model_space.propose_jump(model_index, generator)
+    if global_prob <= 0.0:  # no extra random numbers: the neighbour-only stream is unchanged
+        return m_new, log_ratio
+    uniform = _uniform_other(problem, model_index, generator)
+    coin = torch.rand(model_index.shape, generator=generator, device=model_index.device) < global_prob
+    return torch.where(coin, uniform, m_new), torch.where(coin, torch.zeros_like(log_ratio), log_ratio)
+
+
+def _uniform_other(problem: Problem, model_index: Tensor, generator: torch.Generator) -> Tensor:
+    """A uniform draw from the other models (symmetric); on spaces that cannot be counted, from all models."""
+    num_models = problem.model_space.num_models
+    if num_models is None or num_models < 2:
+        return problem.model_space.sample_uniform(model_index.shape[0], generator)
+    shift = torch.randint(1, num_models, model_index.shape, generator=generator, device=model_index.device)
+    return (model_index + shift) % num_models
+
+
 def _accept(log_alpha: Tensor, generator: torch.Generator) -> Tensor:
     """Metropolis decisions U < exp(log_alpha); NaN ratios are rejections."""
     u = torch.rand(log_alpha.shape, generator=generator, dtype=log_alpha.dtype, device=log_alpha.device)
@@ -64,7 +92,11 @@ def _select(accept: Tensor, new: Tensor, old: Tensor) -> Tensor:
 
 
 def between_model_move(
-    problem: Problem, state: ChainState, standardiser: Standardiser, generator: torch.Generator
+    problem: Problem,
+    state: ChainState,
+    standardiser: Standardiser,
+    generator: torch.Generator,
+    global_prob: float = 0.0,
 ) -> tuple[ChainState, Tensor]:
     """One independent-auxiliary jump per chain; returns the new state and the accept flags.
 
@@ -72,10 +104,10 @@ def between_model_move(
     shared coordinates keep their standardised value ``(theta_i - a_mi) / b_mi``,
     born ones take ``u_i ~ N(0, 1)`` and dropped ones give up theta's
     standardised value as ``u_i``. The Jacobian of this map is
-    ``prod_{A'} b_m'i / prod_A b_mi``.
+    ``prod_{A'} b_m'i / prod_A b_mi``. ``global_prob``: see :func:`propose_model`.
     """
     m, theta, log_joint = state
-    m_new, log_jump_ratio = problem.model_space.propose_jump(m, generator)
+    m_new, log_jump_ratio = propose_model(problem, m, generator, global_prob)
     active, active_new = problem.mask(m), problem.mask(m_new)
     loc, scale, log_det = standardiser(m, active)
     loc_new, scale_new, log_det_new = standardiser(m_new, active_new)

@@ -1,6 +1,7 @@
 """rjmcmc-baseline and rjmcmc-naive on targets with exactly known model probabilities."""
 
 import dataclasses
+import math
 from itertools import pairwise
 
 import pytest
@@ -202,3 +203,41 @@ def test_budgeted_run_past_the_kept_cap(monkeypatch) -> None:
     diagnostics = result.diagnostics
     assert diagnostics["thin_effective"] > 2 and diagnostics["num_kept_draws"] <= 64 * 8
     assert diagnostics["num_kept_draws"] == 64 * (diagnostics["sampling_iterations"] // diagnostics["thin_effective"])
+
+
+# ------------------------------------------------------------------------------------- matching="auto"
+def _sampler(problem, **options) -> baseline._Sampler:
+    method = make_method("rjmcmc-baseline", **options).resolve(problem, "smoke")
+    return baseline._Sampler(problem, method, RunContext(seed=4, profile="smoke"))
+
+
+def test_auto_matching_trial_gives_odd_chains_the_identity_jump(gaussian_models) -> None:
+    problem = gaussian_models
+    sampler = _sampler(problem, matching="auto", aux_scale=0.5, num_chains=4)
+    sampler._init_adaptation()
+    sampler._set_jump_table(torch.full((4, 2), 3.0, dtype=torch.float64), torch.full((4, 2), 2.0, dtype=torch.float64))
+    models = torch.tensor([3, 3, 1, 1])  # chains 1 and 3 are the identity ones; model 3 has 2 coordinates, 1 has 1
+    loc, scale, log_det = sampler._standardiser(models, problem.mask(models))
+    assert loc[:, 0].tolist() == [3.0, 0.0, 3.0, 0.0] and scale[:, 0].tolist() == [2.0, 0.5, 2.0, 0.5]
+    expected = [2 * math.log(2.0), 2 * math.log(0.5), math.log(2.0), math.log(0.5)]
+    assert log_det.tolist() == pytest.approx(expected)
+
+
+def test_auto_matching_keeps_the_matching_accepted_more_often(gaussian_models) -> None:
+    problem = gaussian_models
+    sampler = _sampler(problem, matching="auto")
+    sampler._init_adaptation()
+    sampler.trial_counts = torch.tensor([[10.0, 100.0], [30.0, 100.0]], dtype=torch.float64)
+    sampler._end_trial()
+    assert sampler.matching_used == "identity" and not sampler.trial
+    loc, scale, _ = sampler._standardiser(torch.arange(4), problem.mask(torch.arange(4)))
+    assert torch.equal(loc, torch.zeros(4, 2, dtype=torch.float64))
+    assert torch.equal(scale, torch.ones(4, 2, dtype=torch.float64))
+
+
+def test_auto_matching_chooses_standardised_on_sas() -> None:
+    # On sas raw jumps almost never pass (test_naive_variant_uses_raw_coordinates): the trial must see it.
+    method = make_method("rjmcmc-baseline", matching="auto")
+    result = resolve_and_run(method, make_problem("sas"), RunContext(seed=0, profile="smoke"))
+    trial = result.diagnostics["matching_trial_accept"]
+    assert result.diagnostics["matching_used"] == "standardised" and trial["identity"] < trial["standardised"]

@@ -10,11 +10,52 @@ import math
 import pytest
 import torch
 
-from methods.rjmcmc.kernels import ChainState, between_model_move, random_walk_move
+from methods.rjmcmc.kernels import ChainState, between_model_move, propose_model, random_walk_move
 from problems.sas.problem import SinhArcsinh
+from suite.core.model_space import CountSpace
+from suite.core.problem import LOG_SQRT_2PI, Problem
 from suite.core.tensor_ops import row_sum, rows
+from suite.core.types import Draws, ModelProbs
 
 N = 400_000
+
+
+class NestedGaussians(Problem):
+    """k = 0..3 with coordinates 0..k-1 active; pi(k, theta) = w_k N(theta_A; mu_k, diag(sd_k^2)).
+
+    The weights put a valley at k = 1, 2 between the modes k = 0 and k = 3, which neighbour jumps cross rarely.
+    """
+
+    name = "test-nested-gaussians"
+    WEIGHTS = (0.35, 0.03, 0.07, 0.55)
+
+    def __init__(self) -> None:
+        self.model_space = CountSpace(0, 3)
+        self.dim_max = 3
+        self.mu = torch.tensor([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [-1.0, 2.0, 0.0], [0.5, -2.0, 1.0]])
+        self.sd = torch.tensor([[1.0, 1.0, 1.0], [0.5, 1.0, 1.0], [1.0, 0.3, 1.0], [2.0, 0.5, 0.7]])
+        self.mu, self.sd = self.mu.double(), self.sd.double()
+        self.log_w = torch.tensor(self.WEIGHTS, dtype=torch.float64).log()
+
+    def mask(self, model_index: torch.Tensor) -> torch.Tensor:
+        return torch.arange(3, device=model_index.device)[None, :] < model_index[:, None]
+
+    def log_model_prior(self, model_index: torch.Tensor) -> torch.Tensor:
+        return torch.full(model_index.shape, -math.log(4.0), dtype=torch.float64)
+
+    def log_joint(self, model_index: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+        mu, sd, active = rows(self.mu, model_index), rows(self.sd, model_index), self.mask(model_index)
+        per = -0.5 * ((theta - mu) / sd) ** 2 - sd.log() - LOG_SQRT_2PI
+        return rows(self.log_w, model_index) + torch.where(active, per, 0.0).sum(-1)
+
+    def reference_model_probs(self) -> ModelProbs:
+        return ModelProbs.from_dense(torch.tensor(self.WEIGHTS, dtype=torch.float64))
+
+    def reference_draws(self, num_draws: int, generator: torch.Generator) -> Draws:
+        weights = torch.tensor(self.WEIGHTS, dtype=torch.float64)
+        m = torch.multinomial(weights, num_draws, replacement=True, generator=generator)
+        eps = torch.randn(num_draws, 3, generator=generator, dtype=torch.float64)
+        return Draws(m, torch.where(self.mask(m), self.mu[m] + self.sd[m] * eps, 0.0))
 
 
 def start(problem, n: int, seed: int) -> ChainState:
@@ -102,3 +143,32 @@ def test_dag_jumps_preserve_linear_dag() -> None:
     common = ref_freq > 0.005
     se = (ref_freq * (1 - ref_freq) / N).sqrt() * math.sqrt(2)
     assert ((freq - ref_freq).abs() < 5 * se)[common].all()
+
+
+def test_global_proposals_mix_uniform_draws_into_neighbour_jumps() -> None:
+    # From k = 1 the neighbour jump reaches 0 or 2 only; with global_prob 0.3 a third of the uniform draws over
+    # the other models (0, 2, 3) reach k = 3, and none stays at k = 1.
+    problem = NestedGaussians()
+    m = torch.ones(N, dtype=torch.int64)
+    m_new, log_ratio = propose_model(problem, m, torch.Generator().manual_seed(8), global_prob=0.3)
+    freq = torch.bincount(m_new, minlength=4).double() / N
+    expected = torch.tensor([0.7 * 0.5 + 0.3 / 3, 0.0, 0.7 * 0.5 + 0.3 / 3, 0.3 / 3], dtype=torch.float64)
+    assert ((freq - expected).abs() <= 5 * (expected * (1 - expected) / N).sqrt()).all(), freq
+    # Uniform draws are symmetric (ratio 0); neighbour jumps from the interior to an end carry log 2.
+    assert log_ratio.unique().tolist() == pytest.approx([0.0, math.log(2.0)])
+
+
+@pytest.mark.parametrize("global_prob", [0.0, 0.5])
+def test_neighbour_and_global_jumps_preserve_nested_gaussians(global_prob: float) -> None:
+    # CountSpace jumps are not symmetric at the ends; the uniform part adds jumps between k = 0 and k = 3.
+    problem = NestedGaussians()
+    gen = torch.Generator().manual_seed(9)
+    state = start(problem, N, seed=0)
+    std = fixed_standardiser(problem, [[0.3, -0.5, 0.2]] * 4, [[1.5, 0.8, 1.2]] * 4)
+    for _ in range(5):
+        before = state.model_index
+        state, accept = between_model_move(problem, state, std, gen, global_prob=global_prob)
+    assert accept.double().mean() > 0.02
+    crossed = ((before - state.model_index).abs() == 3).double().mean()
+    assert (crossed > 0.005) == (global_prob > 0)  # only global proposals jump from one end to the other
+    check_invariance(problem, state, start(problem, N, seed=1))
