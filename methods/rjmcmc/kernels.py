@@ -18,6 +18,16 @@ pi-reversible kernels (the uniform draw is symmetric: its log ratio is zero)
 and stays pi-reversible; it lets chains cross low-probability valleys that
 neighbour jumps (birth-death on counts) cross only rarely.
 
+With ``swap_prob > 0`` on a :class:`BinarySpace`, a chain proposes, with that
+probability (also state-independent), an add-one-drop-one swap: one included
+and one excluded bit, each uniformly, flip together. The number k of included
+bits is unchanged, so the proposal probability 1 / (k (p - k)) is the same both
+ways and the log ratio is zero. Where the swap drops one parameter coordinate
+and adds one, the added coordinate takes the dropped one's (standardised)
+value, with no auxiliary draw. Swaps move between collinear covariates ("x in,
+y out" to "x out, y in"), whose coefficients are alike, without passing
+through the improbable models with both or neither.
+
 Within-model move: Gaussian random walk on the active coordinates with a
 per-chain Cholesky factor (the proposal is symmetric).
 """
@@ -30,6 +40,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from suite.core.model_space import BinarySpace
 from suite.core.problem import LOG_SQRT_2PI, Problem
 from suite.core.tensor_ops import row_sum, standard_normal
 
@@ -58,15 +69,58 @@ def init_state(
 
 
 def propose_model(
-    problem: Problem, model_index: Tensor, generator: torch.Generator, global_prob: float = 0.0
+    problem: Problem,
+    model_index: Tensor,
+    generator: torch.Generator,
+    global_prob: float = 0.0,
+    swap_prob: float = 0.0,
 ) -> tuple[Tensor, Tensor]:
-    """The space's jump, or with probability ``global_prob`` a uniform draw of another model; models and log ratios."""
+    """The space's jump, or a uniform other model (``global_prob``) or a bit swap (``swap_prob``); models, log ratios.
+
+    One uniform U per chain picks the move: U < global_prob a uniform draw, then up to global_prob + swap_prob a
+    swap (binary spaces only; ignored elsewhere), else the space's own jump. With both weights 0 no extra random
+    numbers are drawn, so the neighbour-only stream is unchanged (and so is the global-only one without swaps).
+    """
+    m_new, log_ratio, _ = _propose(problem, model_index, generator, global_prob, swap_prob)
+    return m_new, log_ratio
+
+
+def _propose(
+    problem: Problem, model_index: Tensor, generator: torch.Generator, global_prob: float, swap_prob: float
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """:func:`propose_model`'s models and log ratios, and which chains proposed a swap (None without swaps)."""
     m_new, log_ratio = problem.model_space.propose_jump(model_index, generator)
-    if global_prob <= 0.0:  # no extra random numbers: the neighbour-only stream is unchanged
-        return m_new, log_ratio
-    uniform = _uniform_other(problem, model_index, generator)
-    coin = torch.rand(model_index.shape, generator=generator, device=model_index.device) < global_prob
-    return torch.where(coin, uniform, m_new), torch.where(coin, torch.zeros_like(log_ratio), log_ratio)
+    swap = swap_prob > 0.0 and isinstance(problem.model_space, BinarySpace)
+    if global_prob <= 0.0 and not swap:
+        return m_new, log_ratio, None
+    uniform = _uniform_other(problem, model_index, generator) if global_prob > 0.0 else m_new
+    u = torch.rand(model_index.shape, generator=generator, device=model_index.device)
+    coin = u < global_prob
+    m_new, log_ratio = torch.where(coin, uniform, m_new), torch.where(coin, torch.zeros_like(log_ratio), log_ratio)
+    if not swap:
+        return m_new, log_ratio, None
+    swapped = propose_swap(problem.model_space, model_index, generator)
+    take = ~coin & (u < global_prob + swap_prob)
+    m_new, log_ratio = torch.where(take, swapped, m_new), torch.where(take, torch.zeros_like(log_ratio), log_ratio)
+    return m_new, log_ratio, take
+
+
+def propose_swap(space: BinarySpace, model_index: Tensor, generator: torch.Generator) -> Tensor:
+    """Flip one uniformly chosen included bit and one uniformly chosen excluded bit (symmetric, k fixed).
+
+    A model with no included or no excluded bit proposes itself. The swap kernel is then the identity there,
+    which is trivially pi-reversible, and the reverse of any swap that is made is a swap from a model with
+    0 < k < p; so the kernel stays pi-reversible for any target. Falling back to a single-bit flip instead would
+    not be: from k = 0 it could reach k = 1, from where no swap leads back.
+    """
+    bits = space.bits(model_index)
+    # The argmax of uniform keys over a subset is a uniform element of it (ties have probability zero).
+    keys = torch.rand(bits.shape, generator=generator, device=model_index.device)
+    drop = torch.where(bits, keys, -1.0).argmax(-1)
+    add = torch.where(bits, -1.0, keys).argmax(-1)
+    k = bits.sum(-1)
+    movable = (k > 0) & (k < space.num_bits)
+    return torch.where(movable, model_index ^ (1 << drop) ^ (1 << add), model_index)
 
 
 def _uniform_other(problem: Problem, model_index: Tensor, generator: torch.Generator) -> Tensor:
@@ -97,6 +151,7 @@ def between_model_move(
     standardiser: Standardiser,
     generator: torch.Generator,
     global_prob: float = 0.0,
+    swap_prob: float = 0.0,
 ) -> tuple[ChainState, Tensor]:
     """One independent-auxiliary jump per chain; returns the new state and the accept flags.
 
@@ -104,22 +159,31 @@ def between_model_move(
     shared coordinates keep their standardised value ``(theta_i - a_mi) / b_mi``,
     born ones take ``u_i ~ N(0, 1)`` and dropped ones give up theta's
     standardised value as ``u_i``. The Jacobian of this map is
-    ``prod_{A'} b_m'i / prod_A b_mi``. ``global_prob``: see :func:`propose_model`.
+    ``prod_{A'} b_m'i / prod_A b_mi``. ``global_prob``, ``swap_prob``: see :func:`propose_model`.
     """
     m, theta, log_joint = state
-    m_new, log_jump_ratio = propose_model(problem, m, generator, global_prob)
+    m_new, log_jump_ratio, swapped = _propose(problem, m, generator, global_prob, swap_prob)
     active, active_new = problem.mask(m), problem.mask(m_new)
     loc, scale, log_det = standardiser(m, active)
     loc_new, scale_new, log_det_new = standardiser(m_new, active_new)
     dtype = theta.dtype
     z = (theta - loc) / scale
     u = standard_normal(theta.shape, generator, dtype, theta.device)
-    theta_new = torch.where(active_new, torch.addcmul(loc_new, scale_new, torch.where(active, z, u)), theta)
+    is_dropped, is_born = active & ~active_new, active_new & ~active
+    source = torch.where(active, z, u)
+    if swapped is not None:
+        # A swap that drops one coordinate and adds one moves the dropped coordinate's standardised value to the
+        # added one (no auxiliary variable): a permutation, so the Jacobian is still log_det_new - log_det. The
+        # reverse swap (m' to m, also proposed as a swap) has one dropped and one born coordinate too and moves it back.
+        transfer = swapped & (is_dropped.sum(-1) == 1) & (is_born.sum(-1) == 1)
+        z_dropped = row_sum(torch.where(is_dropped, z, torch.zeros_like(z)))
+        source = torch.where(transfer[:, None] & is_born, z_dropped[:, None], source)
+        is_dropped, is_born = is_dropped & ~transfer[:, None], is_born & ~transfer[:, None]
+    theta_new = torch.where(active_new, torch.addcmul(loc_new, scale_new, source), theta)
     # log phi(u) over dropped coordinates minus log phi(u) over born ones.
     log_phi_z = torch.addcmul(_neg_log_sqrt_2pi(theta), z, z, value=-0.5)
     log_phi_u = torch.addcmul(_neg_log_sqrt_2pi(theta), u, u, value=-0.5)
-    dropped = (active & ~active_new).to(dtype)
-    born = (active_new & ~active).to(dtype)
+    dropped, born = is_dropped.to(dtype), is_born.to(dtype)
     log_aux_ratio = row_sum(torch.addcmul(dropped * log_phi_z, born, log_phi_u, value=-1.0))
     log_joint_new = problem.log_joint(m_new, theta_new)
     log_alpha = (log_joint_new - log_joint) + (log_jump_ratio + log_aux_ratio) + (log_det_new - log_det)

@@ -100,6 +100,7 @@ def estimate_by_rjmcmc(problem: Problem, settings: RJMCMCGoldSettings, progress:
         # The sampler the shipped references were made with (the method's defaults before issue 52).
         matching="standardised",
         global_jumps=0.0,
+        swap_jumps=0.0,
     )
     num_kept = settings.num_chains * (settings.num_iterations // settings.thin)
     if num_kept < settings.num_gold_draws:

@@ -60,7 +60,17 @@ def test_naive_variant_uses_raw_coordinates() -> None:
     assert result.diagnostics["accept_between"] < 0.01
 
 
-@pytest.mark.parametrize("bad", [{"num_chains": 0}, {"thin": -1}, {"aux_scale": 0.0}, {"matching": "magic"}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"num_chains": 0},
+        {"thin": -1},
+        {"aux_scale": 0.0},
+        {"matching": "magic"},
+        {"swap_jumps": -0.1},
+        {"global_jumps": 0.8, "swap_jumps": 0.3},
+    ],
+)
 def test_bad_settings_are_refused(bad: dict) -> None:
     with pytest.raises(ValueError):
         make_method("rjmcmc-baseline", **bad).resolve(make_problem("sas"), "smoke")

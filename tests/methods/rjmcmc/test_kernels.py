@@ -10,9 +10,9 @@ import math
 import pytest
 import torch
 
-from methods.rjmcmc.kernels import ChainState, between_model_move, propose_model, random_walk_move
+from methods.rjmcmc.kernels import ChainState, between_model_move, propose_model, propose_swap, random_walk_move
 from problems.sas.problem import SinhArcsinh
-from suite.core.model_space import CountSpace
+from suite.core.model_space import BinarySpace, CountSpace
 from suite.core.problem import LOG_SQRT_2PI, Problem
 from suite.core.tensor_ops import row_sum, rows
 from suite.core.types import Draws, ModelProbs
@@ -42,6 +42,46 @@ class NestedGaussians(Problem):
 
     def log_model_prior(self, model_index: torch.Tensor) -> torch.Tensor:
         return torch.full(model_index.shape, -math.log(4.0), dtype=torch.float64)
+
+    def log_joint(self, model_index: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+        mu, sd, active = rows(self.mu, model_index), rows(self.sd, model_index), self.mask(model_index)
+        per = -0.5 * ((theta - mu) / sd) ** 2 - sd.log() - LOG_SQRT_2PI
+        return rows(self.log_w, model_index) + torch.where(active, per, 0.0).sum(-1)
+
+    def reference_model_probs(self) -> ModelProbs:
+        return ModelProbs.from_dense(torch.tensor(self.WEIGHTS, dtype=torch.float64))
+
+    def reference_draws(self, num_draws: int, generator: torch.Generator) -> Draws:
+        weights = torch.tensor(self.WEIGHTS, dtype=torch.float64)
+        m = torch.multinomial(weights, num_draws, replacement=True, generator=generator)
+        eps = torch.randn(num_draws, 3, generator=generator, dtype=torch.float64)
+        return Draws(m, torch.where(self.mask(m), self.mu[m] + self.sd[m] * eps, 0.0))
+
+
+class CollinearBits(Problem):
+    """Three bits; pi(m, theta) = w_m N(theta_A; mu_m, diag(sd_m^2)) with bits 0 and 1 as collinear covariates.
+
+    Models with exactly one of bits 0 and 1 carry 90% of the mass; both or neither are improbable, so single
+    flips between "0 in, 1 out" and "0 out, 1 in" are rare and add-one-drop-one swaps make them directly.
+    """
+
+    name = "test-collinear-bits"
+    #: Index b0 + 2 b1 + 4 b2.
+    WEIGHTS = (0.01, 0.25, 0.20, 0.02, 0.02, 0.25, 0.20, 0.05)
+
+    def __init__(self) -> None:
+        self.model_space = BinarySpace(3)
+        self.dim_max = 3
+        gen = torch.Generator().manual_seed(11)
+        self.mu = 2.0 * torch.randn(8, 3, generator=gen, dtype=torch.float64)
+        self.sd = 0.3 + torch.rand(8, 3, generator=gen, dtype=torch.float64)
+        self.log_w = torch.tensor(self.WEIGHTS, dtype=torch.float64).log()
+
+    def mask(self, model_index: torch.Tensor) -> torch.Tensor:
+        return self.model_space.bits(model_index)
+
+    def log_model_prior(self, model_index: torch.Tensor) -> torch.Tensor:
+        return torch.full(model_index.shape, -math.log(8.0), dtype=torch.float64)
 
     def log_joint(self, model_index: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
         mu, sd, active = rows(self.mu, model_index), rows(self.sd, model_index), self.mask(model_index)
@@ -172,3 +212,78 @@ def test_neighbour_and_global_jumps_preserve_nested_gaussians(global_prob: float
     crossed = ((before - state.model_index).abs() == 3).double().mean()
     assert (crossed > 0.005) == (global_prob > 0)  # only global proposals jump from one end to the other
     check_invariance(problem, state, start(problem, N, seed=1))
+
+
+def test_swaps_keep_the_number_of_bits_and_are_uniform_both_ways() -> None:
+    # Every model of 4 bits, 100,000 swaps each: k included bits go to each of the k (4 - k) models with one bit
+    # dropped and one added with probability 1 / (k (4 - k)), the same in both directions; k = 0 and k = 4 stay.
+    space, n = BinarySpace(4), 100_000
+    m = torch.arange(16).repeat_interleave(n)
+    m_new = propose_swap(space, m, torch.Generator().manual_seed(12))
+    freq = torch.bincount(m * 16 + m_new, minlength=256).double().view(16, 16) / n
+    k = space.bits(torch.arange(16)).sum(-1)
+    hamming = space.bits(torch.arange(16)[:, None] ^ torch.arange(16)[None, :]).sum(-1)
+    swap = (k[:, None] == k[None, :]) & (hamming == 2)
+    expected = torch.where(swap, 1.0 / (k * (4 - k)).clamp_min(1)[:, None].double(), 0.0)
+    expected[0, 0] = expected[15, 15] = 1.0
+    assert torch.equal(expected, expected.T)
+    assert ((freq - expected).abs() <= 5 * (expected * (1 - expected) / n).sqrt()).all(), freq
+
+
+def test_swap_proposals_mix_with_flips_and_uniform_draws() -> None:
+    # From 1100 (index 3): flips (weight 0.5) reach the 4 one-bit neighbours, swaps (0.3) the 4 models with one
+    # of bits 0, 1 and one of bits 2, 3, uniform draws (0.2) the 15 other models; every log ratio is 0.
+    space = BinarySpace(4)
+    problem = CollinearBits()
+    problem.model_space = space
+    m = torch.full((N,), 3, dtype=torch.int64)
+    m_new, log_ratio = propose_model(problem, m, torch.Generator().manual_seed(13), global_prob=0.2, swap_prob=0.3)
+    freq = torch.bincount(m_new, minlength=16).double() / N
+    expected = torch.full((16,), 0.2 / 15, dtype=torch.float64)
+    expected[3] = 0.0
+    for j in range(4):
+        expected[3 ^ (1 << j)] += 0.5 / 4
+    for drop in (0, 1):
+        for add in (2, 3):
+            expected[3 ^ (1 << drop) ^ (1 << add)] += 0.3 / 4
+    assert ((freq - expected).abs() <= 5 * (expected * (1 - expected) / N).sqrt()).all(), freq
+    assert (log_ratio == 0).all()
+
+
+def test_swap_weight_is_ignored_off_binary_spaces() -> None:
+    problem = NestedGaussians()
+    m = torch.randint(0, 4, (1000,), generator=torch.Generator().manual_seed(14))
+    plain = propose_model(problem, m, torch.Generator().manual_seed(15), global_prob=0.3)
+    with_swaps = propose_model(problem, m, torch.Generator().manual_seed(15), global_prob=0.3, swap_prob=0.5)
+    assert all(torch.equal(a, b) for a, b in zip(plain, with_swaps, strict=True))
+
+
+@pytest.mark.parametrize(("global_prob", "swap_prob"), [(0.0, 1.0), (0.1, 0.4)])
+def test_swap_jumps_preserve_collinear_bits(global_prob: float, swap_prob: float) -> None:
+    # Exact draws through swaps alone (000 and 111 stay put) and through the three-way mixture.
+    problem = CollinearBits()
+    gen = torch.Generator().manual_seed(16)
+    state = start(problem, N, seed=0)
+    std = fixed_standardiser(problem, (0.5 * problem.mu).tolist(), (0.8 * problem.sd + 0.2).tolist())
+    crossed = torch.zeros((), dtype=torch.float64)
+    for _ in range(5):
+        before = state.model_index
+        state, accept = between_model_move(problem, state, std, gen, global_prob=global_prob, swap_prob=swap_prob)
+        crossed += ((before ^ state.model_index) == 3).double().mean()  # "0 in, 1 out" <-> "0 out, 1 in"
+    assert accept.double().mean() > 0.02
+    assert crossed / 5 > 0.01  # the swaps do cross between the collinear bits
+    check_invariance(problem, state, start(problem, N, seed=1))
+
+
+def test_a_swap_moves_the_dropped_coordinate_to_the_added_one() -> None:
+    # From 100 every swap goes to 010 or 001; an accepted one carries theta_0 (standardised) to the added coordinate.
+    problem = CollinearBits()
+    m = torch.ones(1000, dtype=torch.int64)
+    theta = torch.zeros(1000, 3, dtype=torch.float64)
+    theta[:, 0] = torch.linspace(-1.0, 1.0, 1000, dtype=torch.float64)
+    state = ChainState(m, theta, problem.log_joint(m, theta))
+    std = fixed_standardiser(problem, [[0.0] * 3] * 8, [[2.0] * 3] * 8)
+    new, accept = between_model_move(problem, state, std, torch.Generator().manual_seed(17), swap_prob=1.0)
+    assert accept.any() and set(new.model_index[accept].tolist()) <= {2, 4}
+    added = torch.where(new.model_index == 2, 1, 2)
+    assert torch.equal(new.theta[accept, added[accept]], theta[accept, 0])
