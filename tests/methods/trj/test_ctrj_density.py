@@ -43,14 +43,19 @@ def test_chunked_weights_equal_one_piece_with_a_spline_flow(sas, sas_draws) -> N
     m, theta = sas_draws.model_index, sas_draws.theta
     n, d = theta.shape
 
-    def weights(cap: int) -> Tensor:
-        return saturated_log_weights(sas, flow, m, theta, torch.Generator().manual_seed(3), max_elements=cap)
+    def weights(cap: int, rows: int = n) -> Tensor:
+        generator = torch.Generator().manual_seed(3)
+        return saturated_log_weights(sas, flow, m[:rows], theta[:rows], generator, max_elements=cap)
 
     whole = weights(CTRJ_DENSITY_AUX_DRAWS * n * d)
     assert whole.shape == (CTRJ_DENSITY_AUX_DRAWS, n) and bool(torch.isfinite(whole).all())
     # 7 draws per chunk (the last one shorter), one draw per chunk, and row blocks of 37 within a draw.
-    for cap in (7 * n * d, n * d, 37 * d, 1):
+    for cap in (7 * n * d, n * d, 37 * d):
         torch.testing.assert_close(weights(cap), whole, rtol=0, atol=1e-12)
+    # A cap below one row still passes whole rows, one at a time (on 12 rows: 384 flow calls).
+    torch.testing.assert_close(
+        weights(1, rows=12), weights(CTRJ_DENSITY_AUX_DRAWS * 12 * d, rows=12), rtol=0, atol=1e-12
+    )
 
 
 def test_exact_saturated_density_gives_the_exact_marginal(sas, sas_draws) -> None:
