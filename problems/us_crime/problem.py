@@ -38,7 +38,7 @@ from suite.core.model_space import BinarySpace
 from suite.core.problem import Problem
 from suite.core.registry import register_problem
 from suite.core.tensor_ops import DeviceCache, host_generator
-from suite.core.types import Draws, ModelProbs
+from suite.core.types import Draws, Estimate, ModelProbs
 
 MODEL_PRIORS = ("uniform", "beta-binomial")
 G_PRIORS = ("fixed", "hyper-g")
@@ -227,6 +227,19 @@ class USCrime(Problem):
         prob = self.posterior_model_probs()
         bits = self.model_space.bits(torch.arange(self.model_space.num_models)).to(torch.float64)
         return prob @ bits
+
+    def task_metrics(self, model_probs: ModelProbs | None, draws: Draws | None) -> dict[str, Estimate]:
+        """``inclusion_max_abs``: the largest error of any covariate's inclusion probability under q(gamma).
+
+        Raftery, Madigan & Hoeting (1997) report inclusion probabilities, so this is the figure a user of this data
+        reads; q is normalised by its total (1 for a complete estimate).
+        """
+        if model_probs is None:
+            return {}
+        bits = self.model_space.bits(model_probs.index.to(torch.int64)).to(torch.float64)
+        weights = model_probs.prob.to(torch.float64) / model_probs.total()
+        error = (weights @ bits - self.inclusion_probabilities()).abs()
+        return {"inclusion_max_abs": Estimate(float(error.max()))}
 
     def model_label(self, model_index: int) -> str:
         """The covariates of a model joined by '+' ('1' for the intercept-only model)."""

@@ -40,6 +40,7 @@ METRIC_BOUNDS: dict[str, tuple[float, float]] = {
     "model_prob_tv": PROBABILITY,
     "model_prob_max_abs": PROBABILITY,
     "model_prob_missed": PROBABILITY,
+    "inclusion_max_abs": PROBABILITY,
     "q_true_k": PROBABILITY,
     "auroc": PROBABILITY,
     "edge_auroc": PROBABILITY,

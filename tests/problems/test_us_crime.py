@@ -13,6 +13,7 @@ from problems.us_crime import hyper_g, posterior
 from problems.us_crime.data import COVARIATES, load_uscrime
 from problems.us_crime.problem import USCrime, log_model_prior_table
 from suite.core.data import locate, unavailable_reason
+from suite.core.types import ModelProbs
 
 pytestmark = pytest.mark.skipif(unavailable_reason("UScrime.csv") is not None, reason="UScrime.csv is not available")
 
@@ -281,3 +282,15 @@ def test_hyper_g_draws_and_entropy_of_one_model_agree_with_monte_carlo(hyper: US
     entropy = float(hyper_g.entropy(hyper.design, fac, hyper.hyper_a, log_ev)[0])
     se = float(log_density.std()) / math.sqrt(len(log_density))
     assert entropy == pytest.approx(-float(log_density.mean()), abs=5 * se)
+
+
+def test_inclusion_error_is_zero_for_the_exact_answer_and_the_distance_to_one_model_otherwise(problem: USCrime) -> None:
+    """The exact q gives 0; a point mass on the top model gives max_j |bit_j - PIP_j|, written out by hand."""
+    exact = problem.reference_model_probs()
+    assert problem.task_metrics(exact, None)["inclusion_max_abs"].value == pytest.approx(0.0, abs=1e-12)
+    top = int(exact.top(1).index[0])
+    point = ModelProbs(torch.tensor([top]), torch.tensor([1.0], dtype=torch.float64))
+    pip = problem.inclusion_probabilities().numpy()
+    by_hand = max(abs(float((top >> j) & 1) - pip[j]) for j in range(len(COVARIATES)))
+    assert problem.task_metrics(point, None)["inclusion_max_abs"].value == pytest.approx(by_hand, abs=1e-12)
+    assert problem.task_metrics(None, None) == {}
