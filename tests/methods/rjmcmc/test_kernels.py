@@ -20,7 +20,30 @@ from suite.core.types import Draws, ModelProbs
 N = 400_000
 
 
-class NestedGaussians(Problem):
+class GaussiansPerModel(Problem):
+    """pi(m, theta) = w_m N(theta_A; mu_m, diag(sd_m^2)) on 3 coordinates: exact draws and model probabilities."""
+
+    WEIGHTS: tuple[float, ...]
+    mu: torch.Tensor
+    sd: torch.Tensor
+    log_w: torch.Tensor
+
+    def log_joint(self, model_index: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+        mu, sd, active = rows(self.mu, model_index), rows(self.sd, model_index), self.mask(model_index)
+        per = -0.5 * ((theta - mu) / sd) ** 2 - sd.log() - LOG_SQRT_2PI
+        return rows(self.log_w, model_index) + torch.where(active, per, 0.0).sum(-1)
+
+    def reference_model_probs(self) -> ModelProbs:
+        return ModelProbs.from_dense(torch.tensor(self.WEIGHTS, dtype=torch.float64))
+
+    def reference_draws(self, num_draws: int, generator: torch.Generator) -> Draws:
+        weights = torch.tensor(self.WEIGHTS, dtype=torch.float64)
+        m = torch.multinomial(weights, num_draws, replacement=True, generator=generator)
+        eps = torch.randn(num_draws, 3, generator=generator, dtype=torch.float64)
+        return Draws(m, torch.where(self.mask(m), self.mu[m] + self.sd[m] * eps, 0.0))
+
+
+class NestedGaussians(GaussiansPerModel):
     """k = 0..3 with coordinates 0..k-1 active; pi(k, theta) = w_k N(theta_A; mu_k, diag(sd_k^2)).
 
     The weights put a valley at k = 1, 2 between the modes k = 0 and k = 3, which neighbour jumps cross rarely.
@@ -43,22 +66,8 @@ class NestedGaussians(Problem):
     def log_model_prior(self, model_index: torch.Tensor) -> torch.Tensor:
         return torch.full(model_index.shape, -math.log(4.0), dtype=torch.float64)
 
-    def log_joint(self, model_index: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
-        mu, sd, active = rows(self.mu, model_index), rows(self.sd, model_index), self.mask(model_index)
-        per = -0.5 * ((theta - mu) / sd) ** 2 - sd.log() - LOG_SQRT_2PI
-        return rows(self.log_w, model_index) + torch.where(active, per, 0.0).sum(-1)
 
-    def reference_model_probs(self) -> ModelProbs:
-        return ModelProbs.from_dense(torch.tensor(self.WEIGHTS, dtype=torch.float64))
-
-    def reference_draws(self, num_draws: int, generator: torch.Generator) -> Draws:
-        weights = torch.tensor(self.WEIGHTS, dtype=torch.float64)
-        m = torch.multinomial(weights, num_draws, replacement=True, generator=generator)
-        eps = torch.randn(num_draws, 3, generator=generator, dtype=torch.float64)
-        return Draws(m, torch.where(self.mask(m), self.mu[m] + self.sd[m] * eps, 0.0))
-
-
-class CollinearBits(Problem):
+class CollinearBits(GaussiansPerModel):
     """Three bits; pi(m, theta) = w_m N(theta_A; mu_m, diag(sd_m^2)) with bits 0 and 1 as collinear covariates.
 
     Models with exactly one of bits 0 and 1 carry 90% of the mass; both or neither are improbable, so single
@@ -82,20 +91,6 @@ class CollinearBits(Problem):
 
     def log_model_prior(self, model_index: torch.Tensor) -> torch.Tensor:
         return torch.full(model_index.shape, -math.log(8.0), dtype=torch.float64)
-
-    def log_joint(self, model_index: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
-        mu, sd, active = rows(self.mu, model_index), rows(self.sd, model_index), self.mask(model_index)
-        per = -0.5 * ((theta - mu) / sd) ** 2 - sd.log() - LOG_SQRT_2PI
-        return rows(self.log_w, model_index) + torch.where(active, per, 0.0).sum(-1)
-
-    def reference_model_probs(self) -> ModelProbs:
-        return ModelProbs.from_dense(torch.tensor(self.WEIGHTS, dtype=torch.float64))
-
-    def reference_draws(self, num_draws: int, generator: torch.Generator) -> Draws:
-        weights = torch.tensor(self.WEIGHTS, dtype=torch.float64)
-        m = torch.multinomial(weights, num_draws, replacement=True, generator=generator)
-        eps = torch.randn(num_draws, 3, generator=generator, dtype=torch.float64)
-        return Draws(m, torch.where(self.mask(m), self.mu[m] + self.sd[m] * eps, 0.0))
 
 
 def start(problem, n: int, seed: int) -> ChainState:
