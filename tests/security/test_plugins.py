@@ -130,6 +130,7 @@ def test_check_fails_a_method_that_calls_sys_exit(
 # --------------------------------------------------------------------------- H14: a method that exits, in process
 
 
+@pytest.mark.slow
 def test_sys_exit_in_a_run_is_a_failed_run_and_the_grid_goes_on(
     register: Callable[[str, type], None], tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
@@ -147,6 +148,7 @@ def test_sys_exit_in_a_run_is_a_failed_run_and_the_grid_goes_on(
 # --------------------------------------------------------------------------- H15: supports() raising while planning
 
 
+@pytest.mark.slow
 def test_a_plugin_whose_supports_raises_never_breaks_a_run(
     register: Callable[[str, type], None], tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

@@ -40,6 +40,7 @@ def smoke(problem: LinearDAG) -> tuple[Result, bool, bool, RunContext]:
     return result, same_rng, same_dtype, context
 
 
+@pytest.mark.slow
 def test_smoke_returns_one_acyclic_graph(problem: LinearDAG, smoke: tuple) -> None:
     result = smoke[0]
     assert result.status == "ok", result.reason
@@ -77,6 +78,7 @@ def test_oracle_selection_picks_the_best_f1_against_the_truth(problem: LinearDAG
     assert diagnostics["chosen_lambda"] == diagnostics["lambdas"][best]
 
 
+@pytest.mark.slow
 def test_bic_selection_runs_without_the_true_graph() -> None:
     problem = LinearDAG(num_nodes=3, num_samples=50, data_seed=1)
     problem.true_adjacency = None
@@ -142,6 +144,7 @@ def test_same_seed_same_fit(problem: LinearDAG) -> None:
     assert runs[0] == runs[1]
 
 
+@pytest.mark.slow
 def test_graph_on_a_two_word_dag_space_is_a_model_of_that_graph() -> None:
     """On dag-mlp (models are (P, U) rows of two int64 words) the returned model's adjacency is DAGMA's graph."""
     from problems.dag_mlp import SimulatedDAGMLP

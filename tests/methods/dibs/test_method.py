@@ -20,6 +20,7 @@ def problem():
     return make_problem("linear-dag-bge-er", data_seed=0)
 
 
+@pytest.mark.slow
 def test_library_bge_matches_the_problem(problem) -> None:
     """dibs.models.BGe and the problem's score table (minus its graph prior) differ by one constant on all DAGs.
 

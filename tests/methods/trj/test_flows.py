@@ -182,6 +182,7 @@ def test_too_few_draws_fall_back_to_affine(sas) -> None:
     torch.testing.assert_close(transport.to_reference(ones, probe), shrunk.to_reference(ones, probe))
 
 
+@pytest.mark.slow
 def test_conditional_round_trip_and_log_determinant(sas, conditional) -> None:
     m, theta = _mixed_batch(sas, 500, 9)
     xi = torch.where(

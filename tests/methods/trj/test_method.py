@@ -45,6 +45,7 @@ def test_trj_affine_recovers_sas_within_its_standard_error() -> None:
     assert running["iteration"][-1] == 1000 and len(running["prob"][-1]) == 2
 
 
+@pytest.mark.slow
 def test_trj_with_fitted_spline_flows_on_sas() -> None:
     """Issue bar: with fitted RQ flows the bridge estimate of P(m=2) is within 0.02 of 3/4 (here at the smoke
     budget: 60 flow iterations, one layer); and within 4 of its jackknife standard errors."""

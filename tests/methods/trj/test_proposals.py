@@ -131,6 +131,7 @@ def test_fa_masks() -> None:
     assert "variance_mask" in LopesWestProposal.supports(make_problem("sas"))
 
 
+@pytest.mark.slow
 def test_lw_kde_modes(fa_fit, fa_scipy) -> None:
     """The mode v_k,i is the training value of lambda_i with the highest KDE density (as scipy's gaussian_kde finds)."""
     _, _, proposal = fa_fit

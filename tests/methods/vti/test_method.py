@@ -125,6 +125,7 @@ class _ExplodingBatches(_NaNAfter):
         return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", METHODS)
 def test_a_few_exploded_batches_are_learnt_from_and_a_run_of_them_ends_the_training(name: str) -> None:
     """One draw 1e15 nats out: its clipped step is taken and counted; 20 such batches in a row mean divergence."""

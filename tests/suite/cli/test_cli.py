@@ -303,6 +303,7 @@ def test_not_applicable_pairs_accumulate_across_runs_into_one_folder(tmp_path: P
     assert not list(tmp_path.glob(".*.tmp"))
 
 
+@pytest.mark.slow
 def test_list_subcommand_and_the_run_flag_print_the_same(capsys: pytest.CaptureFixture) -> None:
     assert cli.main(["list"]) == 0
     listed = capsys.readouterr().out

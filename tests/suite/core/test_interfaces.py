@@ -24,19 +24,39 @@ SMOKE_PROBLEMS = mc.smoke_problems()
 #: methods that take seconds on any problem, are marked slow (docs/testing.md).
 INNER_LOOP_PROBLEMS = ("sas", "eight-schools", "funnel", "seeds", "linear-dag-d4", "block-vs", "robust-vs")
 SLOW_METHODS = ("dibs", "dagma")
+#: Pairs of the inner loop's problems that take more than 2 s here (each method also runs on sas in the inner loop).
+SLOW_PAIRS = {
+    ("linear-dag-d4", "vti-mcg"),
+    ("linear-dag-d4", "vti-surrogate"),
+    ("linear-dag-d4", "rjmcmc-baseline"),
+    ("linear-dag-d4", "rjmcmc-naive"),
+    ("robust-vs", "ctrj"),
+    ("robust-vs", "vti-mcg"),
+    ("robust-vs", "vti-surrogate"),
+    ("robust-vs", "mif"),
+}
+#: Methods whose two seeded repeats take more than 3 s: checked in the full run, not in the inner loop.
+SLOW_TO_REPEAT = ("ctrj", "vti-mcg", "vti-surrogate")
 
 
-def _method_params(methods: list[str]) -> list:
-    return [pytest.param(m, marks=pytest.mark.slow) if m in SLOW_METHODS else m for m in methods]
+def _method_params(methods: list[str], slow_too: tuple[str, ...] = ()) -> list:
+    slow = SLOW_METHODS + slow_too
+    return [pytest.param(m, marks=pytest.mark.slow) if m in slow else m for m in methods]
+
+
+def _slow_pair(method_name: str, problem_name: str) -> bool:
+    return (
+        problem_name not in INNER_LOOP_PROBLEMS
+        or method_name in SLOW_METHODS
+        or (problem_name, method_name) in SLOW_PAIRS
+    )
 
 
 def _pair_params(methods: list[str], problems: list[str]) -> list:
     """(method, problem) pairs, slow where the problem is outside the inner loop's or the method is slow."""
     slow = (pytest.mark.slow,)
     return [
-        pytest.param(m, p, id=f"{p}-{m}", marks=slow if p not in INNER_LOOP_PROBLEMS or m in SLOW_METHODS else ())
-        for p in problems
-        for m in methods
+        pytest.param(m, p, id=f"{p}-{m}", marks=slow if _slow_pair(m, p) else ()) for p in problems for m in methods
     ]
 
 
@@ -128,7 +148,7 @@ def _first_supported_problem(method_name: str) -> Problem:
     return problem
 
 
-@pytest.mark.parametrize("method_name", _method_params(METHODS))
+@pytest.mark.parametrize("method_name", _method_params(METHODS, SLOW_TO_REPEAT))
 def test_method_is_reproducible_by_seed(method_name: str) -> None:
     _check(mc.reproducible_by_seed, make_method(method_name), _first_supported_problem(method_name))
 
