@@ -101,6 +101,7 @@ def estimate_by_rjmcmc(problem: Problem, settings: RJMCMCGoldSettings, progress:
         matching="standardised",
         global_jumps=0.0,
         swap_jumps=0.0,
+        jump_memory=0.0,
     )
     num_kept = settings.num_chains * (settings.num_iterations // settings.thin)
     if num_kept < settings.num_gold_draws:

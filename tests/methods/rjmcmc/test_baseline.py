@@ -251,3 +251,34 @@ def test_auto_matching_chooses_standardised_on_sas() -> None:
     result = resolve_and_run(method, make_problem("sas"), RunContext(seed=0, profile="smoke"))
     trial = result.diagnostics["matching_trial_accept"]
     assert result.diagnostics["matching_used"] == "standardised" and trial["identity"] < trial["standardised"]
+
+
+# ------------------------------------------------------------------------------------- jump_memory
+def _adapt_to(sampler: baseline._Sampler, models: torch.Tensor, value: float) -> None:
+    theta = torch.full((len(models), 2), value, dtype=torch.float64)
+    sampler._adapt(ChainState(models, theta, torch.zeros(len(models), dtype=torch.float64)))
+
+
+@pytest.mark.parametrize("memory", [0.0, 0.9])
+def test_the_jump_table_averages_the_states_of_past_adaptation_steps(gaussian_models, memory: float) -> None:
+    """Two steps with every chain in model 3 at 1.0 and then 4.0: the table's mean is their decayed average.
+
+    With one model visited, the pooled values are that model's own, so shrinking leaves them: the mean is
+    (memory x 4 x 1.0 + 4 x 4.0) / (memory x 4 + 4) and the variance the decayed spread about it.
+    """
+    problem = gaussian_models
+    sampler = _sampler(problem, matching="standardised", num_chains=4, jump_memory=memory)
+    sampler._init_adaptation()
+    models = torch.full((4,), 3)
+    _adapt_to(sampler, models, 1.0)
+    _adapt_to(sampler, models, 4.0)
+    loc, scale, _ = sampler._standardiser(models[:1], problem.mask(models[:1]))
+    mean = (memory * 1.0 + 4.0) / (memory + 1.0)
+    var = (memory * 1.0 + 16.0) / (memory + 1.0) - mean * mean
+    assert loc[0].tolist() == pytest.approx([mean, mean], abs=1e-12)
+    assert scale[0].tolist() == pytest.approx([math.sqrt(max(var, 1e-12))] * 2, abs=1e-6)
+
+
+def test_jump_memory_outside_zero_to_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="jump_memory must lie in"):
+        make_method("rjmcmc-baseline", jump_memory=1.0).resolve(make_problem("sas"), "smoke")
