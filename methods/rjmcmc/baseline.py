@@ -284,8 +284,12 @@ class _Sampler:
             torch.zeros(self.num_jump_groups, dim, dtype=self.dtype, device=self.device),
             torch.full((self.num_jump_groups, dim), self.options.aux_scale, dtype=self.dtype, device=self.device),
         )
-        #: Decayed per-model counts, sums and sums of squares of the states, [3, G, D], for the jump table.
-        self.jump_sums = torch.zeros(3, self.num_jump_groups, dim, dtype=self.dtype, device=self.device)
+        #: Decayed per-model counts, sums and sums of squares of the states, [3, G, D], for the jump table; only
+        #: where they are used (``jump_memory=0`` and ``matching="identity"`` keep no table of past states).
+        keeps_sums = self.options.jump_memory > 0 and self.options.matching != "identity"
+        self.jump_sums = (
+            torch.zeros(3, self.num_jump_groups, dim, dtype=self.dtype, device=self.device) if keeps_sums else None
+        )
         self._refresh_proposal()
 
     def _set_jump_table(self, loc: Tensor, scale: Tensor) -> None:
@@ -342,7 +346,7 @@ class _Sampler:
             # the pooled values, and one pseudo-observation keeps visited models close to their own.
             jump_group = self._jump_group(state.model_index)
             n, mean, var = grouped_diagonal_moments(jump_group, state.theta, mask, self.num_jump_groups)
-            if self.options.jump_memory > 0:  # else exactly the earlier, current-states-only table
+            if self.jump_sums is not None:  # else (jump_memory=0) exactly the earlier, current-states-only table
                 sums = self.jump_sums.mul_(self.options.jump_memory)
                 sums += torch.stack([n, n * mean, n * (var + mean * mean)])
                 n = sums[0]

@@ -53,7 +53,8 @@ def _slow_pair(method_name: str, problem_name: str) -> bool:
 
 
 def _pair_params(methods: list[str], problems: list[str]) -> list:
-    """(method, problem) pairs, slow where the problem is outside the inner loop's or the method is slow."""
+    """(method, problem) pairs, slow where the problem is outside the inner loop's, the method is slow or the
+    pair is in ``SLOW_PAIRS``."""
     slow = (pytest.mark.slow,)
     return [
         pytest.param(m, p, id=f"{p}-{m}", marks=slow if _slow_pair(m, p) else ()) for p in problems for m in methods
