@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -108,12 +110,40 @@ def runs_through_the_harness(method: Method, problem: Problem) -> None:
     require(dtype == "float64", f"the record's environment says dtype {dtype}")
 
 
-def traces_its_running_estimate(method: Method, problem: Problem) -> str:
-    """At least 5 snapshots at increasing times and iterations, the last one equal to the result (issue 19)."""
-    context = RunContext(seed=0, profile="smoke", num_draws=200)
+@dataclass(frozen=True)
+class SmokeRun:
+    """One smoke run (seed 0): its result and context, and the problem's public attributes before and after it."""
+
+    result: Result
+    context: RunContext
+    before: dict[str, Any]
+    after: dict[str, Any]
+
+
+def smoke_run(method: Method, problem: Problem, num_draws: int = 200) -> SmokeRun:
+    """A smoke run of ``method`` on ``problem`` at seed 0, for the checks that read one (trace, unchanged problem).
+
+    Both checks ask for the same run; :func:`check_method` (and the tests) make it once and give it to both.
+    """
+    before = _public_attributes(problem)
+    context = RunContext(seed=0, profile="smoke", num_draws=num_draws)
     result = resolve_and_run(method, problem, context)
+    return SmokeRun(result, context, before, _public_attributes(problem))
+
+
+def _public_attributes(problem: Problem) -> dict[str, Any]:
+    return {name: value for name, value in vars(problem).items() if not name.startswith("_")}
+
+
+def traces_its_running_estimate(method: Method, problem: Problem, run: SmokeRun | None = None) -> str:
+    """At least 5 snapshots at increasing times and iterations, the last one equal to the result (issue 19).
+
+    ``run``: a :func:`smoke_run` of ``method`` on ``problem`` already made, else one is made here.
+    """
+    run = smoke_run(method, problem) if run is None else run
+    result = run.result
     require(result.status == "ok", f"status {result.status!r}: {result.reason}")
-    snapshots = context.snapshots
+    snapshots = run.context.snapshots
     require(len(snapshots) >= 5, f"{len(snapshots)} snapshots (context.maybe_snapshot), fewer than 5")
     seconds = [snap.seconds for snap in snapshots]
     iterations = [snap.iteration for snap in snapshots]
@@ -127,16 +157,16 @@ def traces_its_running_estimate(method: Method, problem: Problem) -> str:
     return f"{len(snapshots)} snapshots"
 
 
-def leaves_its_problem_unchanged(method: Method, problem: Problem) -> None:
+def leaves_its_problem_unchanged(method: Method, problem: Problem, run: SmokeRun | None = None) -> None:
     """A smoke run reassigns, adds and removes none of the problem instance's public attributes.
 
     The suite gives every run its own copy of the problem, so a change cannot reach another run; but a method that
-    reassigns ``problem.log_joint`` (say) is scoring itself against a target of its own making.
+    reassigns ``problem.log_joint`` (say) is scoring itself against a target of its own making. ``run``: as for
+    :func:`traces_its_running_estimate`.
     """
-    before = {name: value for name, value in vars(problem).items() if not name.startswith("_")}
-    result = resolve_and_run(method, problem, RunContext(seed=0, profile="smoke", num_draws=200))
-    require(result.status == "ok", f"status {result.status!r}: {result.reason}")
-    after = {name: value for name, value in vars(problem).items() if not name.startswith("_")}
+    run = smoke_run(method, problem) if run is None else run
+    require(run.result.status == "ok", f"status {run.result.status!r}: {run.result.reason}")
+    before, after = run.before, run.after
     changed = sorted(name for name in before.keys() & after.keys() if after[name] is not before[name])
     added, removed = sorted(after.keys() - before.keys()), sorted(before.keys() - after.keys())
     faults = [f"{what} {', '.join(names)}" for what, names in (("reassigned", changed), ("added", added)) if names]
@@ -197,11 +227,18 @@ def check_method(
         yield runner.run(f"valid result on {name}", lambda problem=problem: valid_result(method, problem))
     yield runner.run("supports() answers on every problem", lambda: supports_answers_everywhere(method))
     problem = _one_problem(supported)
+    shared: list[SmokeRun] = []  # the trace and unchanged-problem checks read one smoke run, made by the first
+
+    def one_smoke_run(method: Method, problem: Problem) -> SmokeRun:
+        if not shared:
+            shared.append(smoke_run(method, problem))
+        return shared[0]
+
     checks = [
         ("reproducible by seed", reproducible_by_seed),
         ("runs through the harness", runs_through_the_harness),
-        ("traces its running estimate", traces_its_running_estimate),
-        ("leaves its problem unchanged", leaves_its_problem_unchanged),
+        ("traces its running estimate", lambda m, p: traces_its_running_estimate(m, p, one_smoke_run(m, p))),
+        ("leaves its problem unchanged", lambda m, p: leaves_its_problem_unchanged(m, p, one_smoke_run(m, p))),
         (f"keeps a {budget_s:g} s time budget", lambda m, p: keeps_its_time_budget(m, p, budget_s)),
     ]
     for label, check in checks:
