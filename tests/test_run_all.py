@@ -19,6 +19,7 @@ from suite.results.records import RunKey
 from suite.run import GridSpec, PlannedRun, place, plan_grid
 from suite.run import parallel as par
 from suite.run.plan import seeds_for
+from tests.run_specs import smoke_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -160,7 +161,7 @@ def test_workers_rebuild_the_problem_with_its_options(tmp_path: Path, monkeypatc
     monkeypatch.setattr(par, "_GOLD", {})  # the fake draws must not stay cached for later runs in this process
     argv = ["--problems", "dag-mlp", "--methods", "vti-mcg", "--seeds", "1", "--out", str(tmp_path)]
     key = _plan([*argv, "--problem-option", "dag-mlp.num_samples=64"])[0].key
-    par.run_spec(par.RunSpec(key, {}, "smoke", 4096, "cpu", 10, tmp_path, 2, 1, {"num_samples": 64}))
+    par.run_spec(smoke_spec(key, tmp_path, eval_draws=10, jobs=2, problem_options={"num_samples": 64}))
     assert seen["rows"] == 64
 
 
@@ -181,7 +182,7 @@ def test_runs_get_a_checkpoint_slot_that_is_removed_with_the_record(
     monkeypatch.setattr(par, "gold_draws", lambda problem, num: None)
     monkeypatch.setattr(par, "_GOLD", {})  # the fake draws must not stay cached for later runs in this process
     key = RunKey("sas", "vti-mcg", 0, {"x": 1})
-    par.run_spec(par.RunSpec(key, {}, "smoke", 4096, "cpu", 10, tmp_path, 1, 1, checkpoint_every_s=every))
+    par.run_spec(smoke_spec(key, tmp_path, eval_draws=10, checkpoint_every_s=every))
     if every:
         assert seen["slot"] == ckpt.CheckpointSlot(ckpt.checkpoint_path(tmp_path, key.filename), every)
         assert seen["slot"].path.parent == tmp_path / "checkpoints"
@@ -491,7 +492,7 @@ def test_workers_report_infrastructure_errors_as_runs_without_records(tmp_path: 
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     plan = _plan([*SMALL, "--out", str(tmp_path / "ok")])
-    spec = par.RunSpec(plan[0].key, plan[0].method.options(), "smoke", 4096, "cpu", 300, blocker, 2, 1)
+    spec = smoke_spec(plan[0].key, blocker, method_settings=plan[0].method.options(), jobs=2)
     outcomes = list(par.run_in_workers([spec, spec], jobs=2, threads=1))
     assert [status for _, status, _ in outcomes] == ["failed", "failed"]
     assert all(reason.startswith("worker process failed:") for _, _, reason in outcomes)

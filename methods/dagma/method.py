@@ -39,6 +39,7 @@ import functools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any, ClassVar
 
 import numpy as np
@@ -497,8 +498,6 @@ def _isolated_global_state(device: torch.device) -> Iterator[None]:
 
 def _dagma_version() -> str | None:
     """Installed dagma version, or None."""
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("dagma")
     except PackageNotFoundError:

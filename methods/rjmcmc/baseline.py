@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from methods.common.chains import ChainState, random_walk_move
 from methods.common.moments import (
     grouped_diagonal_moments,
     grouped_moments,
@@ -19,7 +20,7 @@ from methods.common.moments import (
     shrunk_covariances,
 )
 from methods.common.sample_density import fit_gaussian_per_model
-from methods.rjmcmc.kernels import ChainState, between_model_move, init_state, random_walk_move
+from methods.rjmcmc.kernels import between_model_move, init_state
 from suite.core.context import STOP, BudgetTooSmall, RunContext
 from suite.core.method import Method, Result
 from suite.core.problem import Problem

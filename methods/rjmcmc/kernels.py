@@ -28,18 +28,17 @@ value, with no auxiliary draw. Swaps move between collinear covariates ("x in,
 y out" to "x out, y in"), whose coefficients are alike, without passing
 through the improbable models with both or neither.
 
-Within-model move: Gaussian random walk on the active coordinates with a
-per-chain Cholesky factor (the proposal is symmetric).
+The within-model random walk and the chains' state are shared with TRJ (:mod:`methods.common.chains`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
+from methods.common.chains import ChainState, metropolis_accept, select_rows
 from suite.core.model_space import BinarySpace
 from suite.core.problem import LOG_SQRT_2PI, Problem
 from suite.core.tensor_ops import row_sum, standard_normal
@@ -47,14 +46,6 @@ from suite.core.tensor_ops import row_sum, standard_normal
 #: (model indices [C], their masks [C, D]) -> per-chain location and scale [C, D] of the jump's
 #: standardisation and the log-determinant sum of log scale over active coordinates [C].
 Standardiser = Callable[[Tensor, Tensor], tuple[Tensor, Tensor, Tensor]]
-
-
-class ChainState(NamedTuple):
-    """State of C chains: model, saturated parameters and the cached log joint."""
-
-    model_index: Tensor  # int64 [C]
-    theta: Tensor  # [C, D]
-    log_joint: Tensor  # [C]
 
 
 def init_state(
@@ -132,19 +123,6 @@ def _uniform_other(problem: Problem, model_index: Tensor, generator: torch.Gener
     return (model_index + shift) % num_models
 
 
-def _accept(log_alpha: Tensor, generator: torch.Generator) -> Tensor:
-    """Metropolis decisions U < exp(log_alpha); NaN ratios are rejections."""
-    u = torch.rand(log_alpha.shape, generator=generator, dtype=log_alpha.dtype, device=log_alpha.device)
-    return u < log_alpha.exp()
-
-
-def _select(accept: Tensor, new: Tensor, old: Tensor) -> Tensor:
-    """Row-wise choice between proposals and current values."""
-    if new.ndim == 2:
-        accept = accept.unsqueeze(-1).expand_as(new)
-    return torch.where(accept, new, old)
-
-
 def between_model_move(
     problem: Problem,
     state: ChainState,
@@ -187,10 +165,10 @@ def between_model_move(
     log_aux_ratio = row_sum(torch.addcmul(dropped * log_phi_z, born, log_phi_u, value=-1.0))
     log_joint_new = problem.log_joint(m_new, theta_new)
     log_alpha = (log_joint_new - log_joint) + (log_jump_ratio + log_aux_ratio) + (log_det_new - log_det)
-    accept = _accept(log_alpha, generator)
+    accept = metropolis_accept(log_alpha, generator)
     return ChainState(
         torch.where(accept, m_new, m),
-        _select(accept, theta_new, theta),
+        select_rows(accept, theta_new, theta),
         torch.where(accept, log_joint_new, log_joint),
     ), accept
 
@@ -204,20 +182,3 @@ def _neg_log_sqrt_2pi(like: Tensor) -> Tensor:
     if key not in _CONSTANTS:
         _CONSTANTS[key] = torch.tensor(-LOG_SQRT_2PI, dtype=like.dtype, device=like.device)
     return _CONSTANTS[key]
-
-
-def random_walk_move(
-    problem: Problem, state: ChainState, chol: Tensor, generator: torch.Generator
-) -> tuple[ChainState, Tensor]:
-    """Gaussian random-walk Metropolis on active coordinates; ``chol`` is per chain ``[C, D, D]`` or shared ``[D, D]``.
-
-    The step ``L eps`` restricted to the active set is N(0, (L L^T)_AA), the
-    marginal of the full Gaussian, so the proposal is symmetric for any L.
-    """
-    m, theta, log_joint = state
-    eps = standard_normal(theta.shape, generator, theta.dtype, theta.device)
-    step = eps @ chol.T if chol.ndim == 2 else torch.matmul(chol, eps.unsqueeze(-1)).squeeze(-1)
-    theta_new = torch.where(problem.mask(m), theta + step, theta)
-    log_joint_new = problem.log_joint(m, theta_new)
-    accept = _accept(log_joint_new - log_joint, generator)
-    return ChainState(m, _select(accept, theta_new, theta), torch.where(accept, log_joint_new, log_joint)), accept

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
+from tqdm.auto import tqdm
 
 from methods.common.moments import safe_cholesky
 from methods.flows.affine import CholeskyAffine
@@ -238,8 +239,6 @@ def _maximise_likelihood(
 def _progress_bar(total: int, enabled: bool) -> object | None:
     if not enabled:
         return None
-    from tqdm.auto import tqdm
-
     return tqdm(total=total, leave=False)
 
 

@@ -24,7 +24,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from methods.rjmcmc.kernels import ChainState
+from methods.common.chains import ChainState
 from suite.core.problem import ExactTransport, Problem, std_normal_log_prob
 from suite.core.tensor_ops import row_sum
 

@@ -28,8 +28,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch import Tensor
 
-from methods.rjmcmc.kernels import ChainState
+from methods.common.chains import ChainState
+from methods.trj.flows import ConditionalSplineTransport, SplineTransport
 from methods.trj.kernels import saturated_jump, transport_jump
+from methods.trj.proposals import LopesWestProposal, ScaledIdentityTransport, independence_jump
 from methods.trj.sampler import (
     JUMP_CHOICES,
     ChainRun,
@@ -359,8 +361,6 @@ class TRJ(_TransportRJ):
         if self.transport == "exact" and not isinstance(problem, ExactTransport):
             return "transport='exact' needs a problem with exact transport maps"
         if self.transport == "lopes-west":
-            from methods.trj.proposals import LopesWestProposal
-
             reason = LopesWestProposal.supports(problem)
             if reason:
                 return f"transport='lopes-west': {reason}"
@@ -375,17 +375,11 @@ class TRJ(_TransportRJ):
                 raise ValueError(f"{problem.name} has no exact transports")
             return problem, {"transport": "exact"}
         if kind == "lopes-west":
-            from methods.trj.proposals import LopesWestProposal
-
             return LopesWestProposal.fit(problem, train.model_index, train.theta), {"transport": "lopes-west"}
         if kind == "standard":
-            from methods.trj.proposals import ScaledIdentityTransport
-
             scale = float(self.aux_scale)
             return ScaledIdentityTransport(problem, scale), {"transport": f"standard (scale {scale})"}
         if kind == "rq" and int(problem.num_models) <= self.max_flow_models and self.flow_iterations > 0:
-            from methods.trj.flows import SplineTransport
-
             transport = self._fit_flow(SplineTransport, problem, train, generator, context, steps)
             return transport, {"transport": "rq", "flow_fit": [dataclasses.asdict(r) for r in transport.records]}
         note = "affine" if kind == "affine" else f"affine (rq asked for; {problem.num_models} models > max_flow_models)"
@@ -393,8 +387,6 @@ class TRJ(_TransportRJ):
 
     def _jump(self, problem: Problem, transport: Any) -> Any:
         if hasattr(transport, "sample"):  # an independence proposal (Lopes & West)
-            from methods.trj.proposals import independence_jump
-
             return lambda state, to, log_ratio, gen: independence_jump(problem, state, transport, to, log_ratio, gen)
         return lambda state, to, log_ratio, gen: transport_jump(problem, state, transport, to, log_ratio, gen)
 
@@ -421,8 +413,6 @@ class CTRJ(_TransportRJ):
     def _fit(
         self, problem: Problem, train: Draws, generator: torch.Generator, context: RunContext, steps: _FitSteps
     ) -> tuple[Any, dict]:
-        from methods.trj.flows import ConditionalSplineTransport
-
         transport = self._fit_flow(ConditionalSplineTransport, problem, train, generator, context, steps)
         fit = None if transport.record is None else dataclasses.asdict(transport.record)
         return transport, {"transport": "conditional rq", "flow_fit": fit}

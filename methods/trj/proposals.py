@@ -18,8 +18,8 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from methods.common.chains import ChainState
 from methods.common.moments import grouped_moments, safe_cholesky
-from methods.rjmcmc.kernels import ChainState
 from methods.trj.kernels import JumpRecord, metropolis_jump
 from suite.core.problem import LOG_SQRT_2PI, Problem
 from suite.core.tensor_ops import row_sum, rows

@@ -27,8 +27,8 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from methods.common.chains import ChainState, random_walk_move
 from methods.common.moments import grouped_moments, safe_cholesky, shrunk_covariances
-from methods.rjmcmc.kernels import ChainState, random_walk_move
 from methods.trj.bbe import PairStatistics
 from methods.trj.kernels import JumpRecord
 from suite.core.context import BudgetTooSmall

@@ -237,7 +237,7 @@ class _VTIMethod(Method):
         """
         device, dtype = context.device, context.dtype
         progress = _Progress(context, self._checkpoint_identity(problem, context))
-        chosen = progress.restore_best(lambda r: self._build(problem, context, r))
+        chosen = progress.restore_best(lambda r: self.untrained(problem, context, r))
 
         def estimate(trainer: Trainer) -> RunningEstimate:
             """What the run would return if stopped now: the best of the finished replicates and this one."""
@@ -341,8 +341,9 @@ class _VTIMethod(Method):
         # Plain JSON values, so that the checkpoint stays loadable with weights_only=True (suite.core.checkpoint).
         return json.loads(json.dumps(identity, sort_keys=True, default=str))
 
-    def _build(self, problem: Problem, context: RunContext, replicate: int) -> _Training:
-        """A fresh flow and sampler for replicate ``replicate`` of the run's seed (nothing trained yet)."""
+    def untrained(self, problem: Problem, context: RunContext, replicate: int = 0) -> Training:
+        """A fresh flow and model sampler for replicate ``replicate`` of the run's seed, nothing trained yet (the
+        start of every training; public for diagnostics that train them another way)."""
         device, dtype = context.device, context.dtype
         seed = replicate_seed(context.seed, replicate)
         spec = FlowSpec.parse(self.flow)
@@ -353,7 +354,7 @@ class _VTIMethod(Method):
             flow = build_flow(spec, problem.dim_max, context_dim, self.hidden).to(device, dtype)
             log_prior = _log_model_prior_table(problem, device)
             sampler = self.make_sampler(problem, log_prior, device, dtype)
-        return _Training(flow, sampler, context_of, {"loss": []}, generator, replicate)
+        return Training(flow, sampler, context_of, {"loss": []}, generator, replicate)
 
     def _train(
         self,
@@ -362,9 +363,9 @@ class _VTIMethod(Method):
         replicate: int,
         progress: _Progress,
         estimate: Callable[[Trainer], RunningEstimate],
-    ) -> _Training | DivergenceError:
+    ) -> Training | DivergenceError:
         """One training (replicate ``replicate``): build flow and sampler, optimise; or the divergence."""
-        built = self._build(problem, context, replicate)
+        built = self.untrained(problem, context, replicate)
         resume = progress.take_current(replicate)
         start = 0 if resume is None else int(resume["next_iteration"])
         offset = progress.iterations_done
@@ -441,7 +442,7 @@ class _Progress:
         """Training iterations of the finished replicates (where the next one's count starts)."""
         return sum(item[2] for item in self.finished)
 
-    def restore_best(self, build: Callable[[int], _Training]) -> _Training | None:
+    def restore_best(self, build: Callable[[int], Training]) -> Training | None:
         """The best finished replicate of an earlier attempt, rebuilt from its saved state (None: none yet)."""
         if self._best is None:
             return None
@@ -469,7 +470,7 @@ class _Progress:
         assert replicate == len(self.finished)
         self.finished.append((terminal_loss, failure, int(iterations)))
 
-    def save(self, best: _Training | None, current: tuple[int, dict[str, Any]] | None) -> None:
+    def save(self, best: Training | None, current: tuple[int, dict[str, Any]] | None) -> None:
         """Save the finished replicates, the best one's final state, the replicate in progress and the context's."""
         if self.slot is None:
             return
@@ -509,8 +510,9 @@ def _tail_mean(losses: list[float]) -> float:
 
 
 @dataclass
-class _Training:
-    """One finished VTI optimisation: what the reporting step needs, and its terminal loss."""
+class Training:
+    """One VTI optimisation (fresh from :meth:`untrained`, or finished): what the reporting step needs, and its
+    terminal loss."""
 
     flow: CoSMICFlow
     sampler: ModelSampler

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import math
 import os
 import tomllib
 from collections.abc import Callable
@@ -13,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.core import checkpoint as ckpt
-from suite.core.budget import MAX_TIME_BUDGET_S
+from suite.core.budget import MAX_TIME_BUDGET_S, check_time_budget
 from suite.core.device import DEVICE_CHOICES
 from suite.core.method import DTYPES, PROFILES
 from suite.core.options import OptionError, check_option, method_annotations, problem_annotations
@@ -133,7 +132,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--time-budget",
-        type=_seconds,
+        type=time_budget_argument,
         default=None,
         metavar="SECONDS",
         help="compute seconds every run may use: it stops there and returns its estimate (default: the quick "
@@ -340,20 +339,16 @@ def grid_from_argv(argv: list[str]) -> tuple[GridSpec, Execution]:
     return grid_from_args(build_parser().parse_args(argv))
 
 
-def _seconds(text: str) -> float:
-    """``--time-budget``'s value: a positive, finite number of seconds, at most :data:`MAX_TIME_BUDGET_S` (7 days)."""
+def time_budget_argument(text: str) -> float:
+    """``--time-budget``'s value, by the one rule of :func:`suite.core.budget.check_time_budget`."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
-    if value > MAX_TIME_BUDGET_S:
-        raise argparse.ArgumentTypeError(
-            f"{text} seconds is more than this suite allows ({MAX_TIME_BUDGET_S:.0f} s, 7 days); "
-            "use --no-time-budget to run the profile's iteration counts instead"
-        )
-    return value
+    try:
+        return check_time_budget(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 #: System folders that are never a results folder, nor is anything inside them.

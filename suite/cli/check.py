@@ -13,6 +13,7 @@ import argparse
 import sys
 import time
 
+from suite.cli.arguments import time_budget_argument
 from suite.core.plugins import describe_origin
 from suite.core.registry import (
     available_methods,
@@ -51,7 +52,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--time-budget",
-        type=float,
+        type=time_budget_argument,
         default=CHECK_BUDGET_S,
         metavar="SECONDS",
         help=f"compute seconds of the budget check (default {CHECK_BUDGET_S:g})",
@@ -79,9 +80,6 @@ def main(arguments: list[str] | None = None, prog: str = "tdbench check") -> int
     is_problem, is_method = name in available_problems(), name in available_methods()
     if not (is_problem or is_method):
         print(f"{prog}: error: {unknown_name(name)}", file=sys.stderr)
-        return 2
-    if not args.time_budget > 0:
-        print(f"{prog}: error: --time-budget must be a positive number of seconds", file=sys.stderr)
         return 2
     if not 0 < args.deadline <= MAX_DEADLINE_S:
         print(f"{prog}: error: --deadline must be positive, at most {MAX_DEADLINE_S} seconds", file=sys.stderr)

@@ -13,8 +13,8 @@ from suite.core.device import tune_allocator
 from suite.core.registry import (
     available_methods,
     available_problems,
-    load_problems,
     make_problem,
+    plugin_load_failures,
 )
 from suite.report.build import report_from_folder
 from suite.report.terminal import clip, wrap
@@ -54,7 +54,7 @@ def _print_registry() -> None:
     print("Methods:")
     for name, text in methods.items():
         print(clip(f"  {name:<{width}}  {text}"))
-    refused = load_problems()
+    refused = plugin_load_failures()
     if refused:  # plug-ins that failed to load or clash with another name, with the reason in full
         print("Plug-ins not registered:")
         for problem in refused:

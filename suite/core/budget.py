@@ -3,6 +3,8 @@ that the report layer can judge records by the same rule)."""
 
 from __future__ import annotations
 
+import math
+
 #: Share of the method's own compute that snapshots may take for free (paused seconds beyond it count as compute).
 FREE_SNAPSHOT_SHARE = 0.05
 #: A run's clock may pass its budget by this share of the budget (or OVER_BUDGET_FLOOR_S) before it is over budget.
@@ -10,6 +12,22 @@ OVER_BUDGET_SHARE = 0.10
 OVER_BUDGET_FLOOR_S = 0.5
 #: Upper bound of a time budget: 7 days.
 MAX_TIME_BUDGET_S = 604800.0
+
+
+def check_time_budget(value: object) -> float:
+    """``value`` as a time budget in seconds: a positive, finite number of at most :data:`MAX_TIME_BUDGET_S`.
+
+    The one rule for a budget, wherever one enters (``--time-budget``, a ``GridSpec``, a ``RunContext`` built by
+    hand); ValueError names what is wrong.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"must be a positive number of seconds, got {value!r}")
+    if value > MAX_TIME_BUDGET_S:
+        raise ValueError(
+            f"{value:g} seconds is more than this suite allows ({MAX_TIME_BUDGET_S:.0f} s, 7 days); "
+            "use --no-time-budget to run the profile's iteration counts instead"
+        )
+    return float(value)
 
 
 def budget_allowance_s(budget_s: float) -> float:
@@ -28,5 +46,6 @@ __all__ = [
     "OVER_BUDGET_FLOOR_S",
     "OVER_BUDGET_SHARE",
     "budget_allowance_s",
+    "check_time_budget",
     "is_over_budget",
 ]

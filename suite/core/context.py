@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from suite.core.budget import FREE_SNAPSHOT_SHARE
+from suite.core.budget import FREE_SNAPSHOT_SHARE, check_time_budget
 from suite.core.checkpoint import CheckpointSlot
 from suite.core.device import synchronize
 from suite.core.types import Draws, ModelProbs
@@ -172,13 +172,11 @@ class RunContext:
     replay: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        budget = self.time_budget_s
-        if budget is not None and (
-            isinstance(budget, bool)
-            or not isinstance(budget, int | float)
-            or not (budget > 0 and math.isfinite(budget))
-        ):
-            raise ValueError(f"time budget must be a positive number of seconds, got {self.time_budget_s}")
+        if self.time_budget_s is not None:
+            try:
+                check_time_budget(self.time_budget_s)
+            except ValueError as error:
+                raise ValueError(f"time budget {error}") from None
         self.clock = ComputeClock(self.device)
         self.timer = RunTimer(self.clock)
         self.counts: dict[str, Any] = {SNAPSHOTS: []}

@@ -1,6 +1,6 @@
 """Loading plug-ins from the entry-point groups ``tdbench.problems`` and ``tdbench.methods``, and what went wrong.
 
-A plug-in that cannot be registered never breaks the suite: it becomes a :class:`LoadProblem`, which the
+A plug-in that cannot be registered never breaks the suite: it becomes a :class:`PluginLoadFailure`, which the
 registry keeps, reports once on stderr, shows in ``tdbench list`` and gives as the answer when its name is asked
 for. The rules (docs/plugins.md):
 
@@ -33,7 +33,7 @@ class NameClash(ValueError):
 
 
 @dataclass(frozen=True)
-class LoadProblem:
+class PluginLoadFailure:
     """A plug-in entry point that was not registered, and why (``failed to load: ...`` or ``refused: ...``)."""
 
     kind: str
@@ -71,7 +71,7 @@ def load_group(
     register: Callable[[str, type], Any],
     origins: dict[type, dict[str, str]],
     origin_of: OriginOf,
-) -> list[LoadProblem]:
+) -> list[PluginLoadFailure]:
     """Register the classes ``entry_points`` name into ``table``; the entry points refused or broken, and why.
 
     ``register(name, cls)`` registers a class (raising TypeError or :class:`NameClash` to refuse it); the origin
@@ -80,7 +80,7 @@ def load_group(
     by_name: dict[str, list[EntryPoint]] = {}
     for ep in entry_points:
         by_name.setdefault(ep.name, []).append(ep)
-    problems: list[LoadProblem] = []
+    problems: list[PluginLoadFailure] = []
     for name, group in sorted(by_name.items()):
         labels = [describe_origin(entry_point_origin(ep)) for ep in group]
         if len(group) > 1:
@@ -90,7 +90,7 @@ def load_group(
                     f"refused: distribution {others} also has a {kind} entry point named {name!r}; neither is used "
                     "until one is uninstalled or renames its entry point"
                 )
-                problems.append(LoadProblem(kind, name, label, reason))
+                problems.append(PluginLoadFailure(kind, name, label, reason))
             continue
         problem = _load_one(group[0], kind, table, base, register, origins, origin_of)
         if problem is not None:
@@ -106,13 +106,13 @@ def _load_one(
     register: Callable[[str, type], Any],
     origins: dict[type, dict[str, str]],
     origin_of: OriginOf,
-) -> LoadProblem | None:
-    """Load and register one entry point; its :class:`LoadProblem`, or None when it is registered."""
+) -> PluginLoadFailure | None:
+    """Load and register one entry point; its :class:`PluginLoadFailure`, or None when it is registered."""
     origin = entry_point_origin(ep)
     label = describe_origin(origin)
 
-    def refused(reason: str) -> LoadProblem:
-        return LoadProblem(kind, ep.name, label, reason)
+    def refused(reason: str) -> PluginLoadFailure:
+        return PluginLoadFailure(kind, ep.name, label, reason)
 
     bad_name = name_problem(ep.name)
     if bad_name is not None:  # refused before running its code: the name would reach file names and labels

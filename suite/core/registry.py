@@ -5,7 +5,7 @@ Built-in problems and methods register themselves when the ``problems`` and
 through the entry-point groups ``tdbench.problems`` and ``tdbench.methods``:
 each entry point names a ``Problem`` or ``Method`` subclass (or a module that
 registers its classes on import). A plug-in that cannot be registered (broken,
-or its name clashes) is kept as a :class:`suite.core.plugins.LoadProblem`,
+or its name clashes) is kept as a :class:`suite.core.plugins.PluginLoadFailure`,
 reported once on stderr, and named when it is asked for (:func:`refusal`). Every name must match
 :data:`suite.core.names.NAME_PATTERN` (``[a-z0-9][a-z0-9._-]*``): a bad one is refused with
 :class:`suite.core.names.InvalidNameError`, or, for an entry point, reported like any broken plug-in.
@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from suite.core.method import Method, check_run_signature
 from suite.core.names import check_name
 from suite.core.origin import check_own_packages, module_origin
-from suite.core.plugins import LoadProblem, NameClash, describe_origin, load_group
+from suite.core.plugins import NameClash, PluginLoadFailure, describe_origin, load_group
 from suite.core.problem import Problem
 
 T = TypeVar("T")
@@ -34,7 +34,7 @@ _METHODS: dict[str, type[Method]] = {}
 #: Distribution of each class registered through an entry point (others are found from their module).
 _ORIGINS: dict[type, dict[str, str]] = {}
 #: Plug-ins that were not registered, and why.
-_LOAD_PROBLEMS: list[LoadProblem] = []
+_LOAD_FAILURES: list[PluginLoadFailure] = []
 _loaded = False
 
 
@@ -124,7 +124,7 @@ def from_entry_point(cls: type) -> bool:
     return cls in _ORIGINS
 
 
-def _load_entry_points(group: str, table: dict[str, type], base: type) -> list[LoadProblem]:
+def _load_entry_points(group: str, table: dict[str, type], base: type) -> list[PluginLoadFailure]:
     """Register the entry points of ``group``; those refused or broken (:mod:`suite.core.plugins`)."""
     kind = base.__name__.lower()
 
@@ -150,21 +150,21 @@ def load_all(report: bool = True) -> None:
     importlib.import_module("methods")
     found = _load_entry_points("tdbench.problems", _PROBLEMS, Problem)
     found += _load_entry_points("tdbench.methods", _METHODS, Method)
-    _LOAD_PROBLEMS.extend(found)
+    _LOAD_FAILURES.extend(found)
     if report:
         for problem in found:
             print(f"tdbench: {problem}", file=sys.stderr)
 
 
-def load_problems() -> list[LoadProblem]:
+def plugin_load_failures() -> list[PluginLoadFailure]:
     """The plug-ins that were not registered (failed to load, or refused for a clash), with the reasons."""
     load_all()
-    return list(_LOAD_PROBLEMS)
+    return list(_LOAD_FAILURES)
 
 
 def refusal(kind: str, name: str) -> str | None:
     """Why the plug-in ``kind`` (``problem`` or ``method``) named ``name`` is not registered, or None."""
-    reasons = [str(problem) for problem in load_problems() if problem.kind == kind and problem.name == name]
+    reasons = [str(problem) for problem in plugin_load_failures() if problem.kind == kind and problem.name == name]
     return "; ".join(reasons) or None
 
 

@@ -122,7 +122,8 @@ def run_grid(spec: GridSpec, execution: Execution, echo: Echo = print) -> GridOu
     >>> from pathlib import Path
     >>> from suite.run import Execution, GridSpec, run_grid
     >>> spec = GridSpec(problems="sas", methods="rjmcmc-baseline", profile="smoke", seeds=1, eval_draws=300)
-    >>> outcome = run_grid(spec, Execution(Path(tempfile.mkdtemp()), jobs=1, progress=False), echo=lambda text: None)
+    >>> execution = Execution(out=Path(tempfile.mkdtemp()), jobs=1, progress=False)
+    >>> outcome = run_grid(spec, execution, echo=lambda text: None)
     >>> [(record["method"], record["status"]) for record in outcome.records], outcome.status
     ([('rjmcmc-baseline', 'ok')], 0)
     """
@@ -292,16 +293,16 @@ def execute(
 
     def spec_of(run: PlannedRun) -> par.RunSpec:
         return par.RunSpec(
-            run.key,
-            run.method.options(),
-            spec.profile,
-            spec.draws,
-            str(placement.device),
-            spec.eval_draws,
-            out,
-            jobs,
-            threads,
-            run.problem_options,
+            key=run.key,
+            method_settings=run.method.options(),
+            profile=spec.profile,
+            num_draws=spec.draws,
+            device=str(placement.device),
+            eval_draws=spec.eval_draws,
+            out=out,
+            jobs=jobs,
+            threads=threads,
+            problem_options=run.problem_options,
             checkpoint_every_s=execution.checkpoint_every_s,
             dtype=spec.dtype,
             progress=jobs == 1 and session is None and execution.progress,

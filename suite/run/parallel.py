@@ -53,7 +53,7 @@ from suite.run.interrupts import DeferredInterrupts, Interrupted, end_processes,
 from suite.run.runner import execute, gold_draws, jsonable
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunSpec:
     """Everything a worker needs to redo one planned run: names, resolved options, the run's context, where to write.
 

@@ -7,7 +7,6 @@ The command line turns its flags into these two objects; studies and scripts bui
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 import torch
 
 from suite.core import checkpoint as ckpt
+from suite.core.budget import check_time_budget
 from suite.core.device import DEVICE_CHOICES, resolve_device
 from suite.core.method import DTYPES, PROFILES
 from suite.core.options import OptionError, check_option, method_annotations, problem_annotations
@@ -108,7 +108,7 @@ def problem_fields(name: str) -> dict[str, Any]:
     return problem_annotations(problem_class(name))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GridSpec:
     """What to run: problems x methods x seeds (x data sets) at one profile, with options, draws and budgets.
 
@@ -169,9 +169,10 @@ class GridSpec:
             if value is not None and value > limit:
                 raise UsageError(f"{flag} {value} is more than this suite allows ({limit:,})")
         if self.time_budget_s is not None:
-            budget = self.time_budget_s
-            if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not (0 < budget < math.inf):
-                raise UsageError(f"--time-budget must be a positive number of seconds, got {budget!r}")
+            try:
+                check_time_budget(self.time_budget_s)
+            except ValueError as error:
+                raise UsageError(f"--time-budget {error}") from None
             if self.no_time_budget:
                 raise UsageError("--time-budget and --no-time-budget contradict each other; give one")
         if self.replay_counts is not None:
@@ -215,7 +216,7 @@ class GridSpec:
         return dataclasses.replace(self, problems=tuple(problems), methods=tuple(methods), method_options={})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Execution:
     """Where and how a grid runs: results folder, reruns, workers or a Dask cluster, checkpoints, shard, progress."""
 

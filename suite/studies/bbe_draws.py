@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from methods.rjmcmc.kernels import ChainState, random_walk_move
+from methods.common.chains import ChainState, random_walk_move
 from suite.core.problem import Problem
 from suite.core.types import Draws
 from suite.reference.cli import settings_for

@@ -71,13 +71,21 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from methods.rjmcmc.kernels import ChainState
-from methods.trj.bbe import PairStatistics, bartolucci_model_probs
-from methods.trj.flows import ConditionalSplineTransport, SplineTransport
-from methods.trj.kernels import JumpRecord, saturated_jump, transport_jump
-from methods.trj.proposals import LopesWestProposal, ScaledIdentityTransport, independence_jump
-from methods.trj.sampler import JumpChooser
-from methods.trj.transports import AffineTransport
+from methods.common.chains import ChainState
+from methods.trj import (
+    AffineTransport,
+    ConditionalSplineTransport,
+    JumpChooser,
+    JumpRecord,
+    LopesWestProposal,
+    PairStatistics,
+    ScaledIdentityTransport,
+    SplineTransport,
+    bartolucci_model_probs,
+    independence_jump,
+    saturated_jump,
+    transport_jump,
+)
 from suite.core.problem import ExactTransport, Problem
 from suite.core.types import Draws
 from suite.reference.cli import settings_for

@@ -2,7 +2,7 @@
 
 Tells whether the flow can fit the dense true graph at all: its loss (minus the ELBO of that graph) is to be
 compared with the graph's Laplace evidence (``dag_mlp_edge_evidence.py``) and with VTI's terminal losses.
-It reaches into the method's private ``_build``, as a diagnostic may; nothing in the suite depends on it.
+It starts from the method's ``untrained`` flow and model sampler and trains them with the fixed model.
 
     python -m suite.studies.dag_mlp_fixed_graph_flow --data-seed 0 --iterations 500 --flow-lr 0.01
 """
@@ -15,7 +15,7 @@ import dataclasses
 import torch
 from torch import Tensor
 
-from methods.vti.training import Trainer
+from methods.vti import Trainer
 from suite.core.context import RunContext
 from suite.core.registry import make_method, make_problem
 
@@ -45,7 +45,7 @@ def main() -> None:
     torch.set_num_threads(1)
     problem = make_problem("dag-mlp", data_seed=args.data_seed)
     method = make_method("vti-mcg", flow=args.flow, flow_lr=args.flow_lr).resolve(problem, "quick")
-    built = method._build(problem, RunContext(seed=0, dtype=torch.float32, profile="quick"), 0)
+    built = method.untrained(problem, RunContext(seed=0, dtype=torch.float32, profile="quick"))
     train_settings = dataclasses.replace(
         method.train_settings(), num_iterations=args.iterations, grad_clip=50.0, warmup_iterations=0
     )

@@ -8,7 +8,8 @@ on 2 CPU cores.
 import pytest
 import torch
 
-from methods.rjmcmc.kernels import between_model_move, init_state, random_walk_move
+from methods.common.chains import random_walk_move
+from methods.rjmcmc.kernels import between_model_move, init_state
 from suite.core.context import RunContext
 from suite.core.registry import make_method, make_problem
 from suite.core.tensor_ops import row_sum, rows

@@ -10,7 +10,7 @@ understates the jump alone; ``test_jump_alone`` times one batched jump.
 import pytest
 import torch
 
-from methods.rjmcmc.kernels import ChainState
+from methods.common.chains import ChainState
 from methods.trj.kernels import transport_jump
 from methods.trj.method import TRJ
 from methods.trj.sampler import JumpChooser

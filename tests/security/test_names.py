@@ -52,7 +52,7 @@ def fresh_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     registry.load_all()
     for table in ("_METHODS", "_PROBLEMS", "_ORIGINS"):
         monkeypatch.setattr(registry, table, dict(getattr(registry, table)))
-    monkeypatch.setattr(registry, "_LOAD_PROBLEMS", [])
+    monkeypatch.setattr(registry, "_LOAD_FAILURES", [])
 
 
 def test_every_built_in_name_matches_the_pattern() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import shutil
 import subprocess
 import sys
@@ -11,6 +10,8 @@ from pathlib import Path
 import pytest
 
 import suite
+from tests.import_scan import function_level_imports as scan
+from tests.import_scan import is_allowed
 
 SUITE = Path(suite.__file__).parent
 ROOT = SUITE.parent
@@ -33,26 +34,12 @@ ALLOWED = {
 
 
 def function_level_imports() -> list[tuple[str, str, str]]:
-    """(module file, function, imported module) of every import inside a function of the suite."""
-    found = []
-    for path in sorted(SUITE.rglob("*.py")):
-        tree = ast.parse(path.read_text(), filename=str(path))
-        for function in ast.walk(tree):
-            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
-                continue
-            for node in ast.walk(function):
-                if isinstance(node, ast.Import):
-                    names = [alias.name for alias in node.names]
-                elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                    names = [node.module or ""]
-                else:
-                    continue
-                found += [(str(path.relative_to(SUITE.parent)), function.name, name) for name in names]
-    return found
+    """(module file, function, imported module) of every import inside a function of the package."""
+    return scan(SUITE)
 
 
 def _allowed(name: str) -> bool:
-    return any(name == key or name.startswith(key + ".") for key in ALLOWED)
+    return is_allowed(name, ALLOWED)
 
 
 def test_function_level_imports_have_a_reason():

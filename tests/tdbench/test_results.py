@@ -16,6 +16,7 @@ from suite.core.registry import make_method, make_problem
 from suite.results.records import RunKey
 from suite.results.table import COLUMN_DTYPES, RESULT_COLUMNS
 from suite.run import parallel as par
+from tests.run_specs import smoke_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = [("sas", "rjmcmc-baseline", 0), ("sas", "rjmcmc-baseline", 1), ("sas", "mf", 0)]
@@ -29,7 +30,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
         problem = make_problem(problem_name)
         method = make_method(method_name).resolve(problem, "smoke")
         key = RunKey(problem_name, method_name, seed, {"profile": "smoke", "method_options": {}})
-        spec = par.RunSpec(key, method.options(), "smoke", 2000, "cpu", 300, out, 1, 1, checkpoint_every_s=0)
+        spec = smoke_spec(key, out, method_settings=method.options(), num_draws=2000, checkpoint_every_s=0)
         status, reason = par.run_spec(spec)
         assert status == "ok", reason
     return out

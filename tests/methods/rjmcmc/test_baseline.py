@@ -7,9 +7,9 @@ from itertools import pairwise
 import pytest
 import torch
 
+from methods.common.chains import ChainState
 from methods.rjmcmc import baseline
 from methods.rjmcmc.baseline import _KeptDraws
-from methods.rjmcmc.kernels import ChainState
 from suite.core.context import RunContext
 from suite.core.registry import make_method, make_problem
 from suite.run.runner import execute, resolve_and_run

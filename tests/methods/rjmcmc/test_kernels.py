@@ -10,7 +10,8 @@ import math
 import pytest
 import torch
 
-from methods.rjmcmc.kernels import ChainState, between_model_move, propose_model, propose_swap, random_walk_move
+from methods.common.chains import ChainState, random_walk_move
+from methods.rjmcmc.kernels import between_model_move, propose_model, propose_swap
 from problems.sas.problem import SinhArcsinh
 from suite.core.model_space import BinarySpace, CountSpace
 from suite.core.problem import LOG_SQRT_2PI, Problem

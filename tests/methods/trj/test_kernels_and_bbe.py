@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from methods.rjmcmc.kernels import ChainState
+from methods.common.chains import ChainState
 from methods.trj.bbe import bartolucci_model_probs
 from methods.trj.kernels import propose_from_probs, transport_jump
 from methods.trj.transports import AffineTransport

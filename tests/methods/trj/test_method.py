@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from methods.rjmcmc.kernels import ChainState
+from methods.common.chains import ChainState
 from methods.trj.bbe import PairStatistics
 from methods.trj.kernels import JumpRecord, saturated_jump
 from suite.core.context import RunContext

@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy import special, stats
 
-from methods.rjmcmc.kernels import ChainState
+from methods.common.chains import ChainState
 from methods.trj.bbe import bartolucci_model_probs
 from methods.trj.kernels import propose_from_probs, transport_jump
 from methods.trj.proposals import (

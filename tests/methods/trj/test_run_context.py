@@ -5,7 +5,7 @@ from itertools import pairwise
 import pytest
 import torch
 
-from methods.rjmcmc.kernels import ChainState
+from methods.common.chains import ChainState
 from methods.trj.sampler import KeptDraws
 from suite.core.context import RunContext
 from suite.core.registry import make_method, make_problem

@@ -83,7 +83,7 @@ def plugins(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
     monkeypatch.setattr(registry, "_METHODS", dict(registry._METHODS))
     monkeypatch.setattr(registry, "_PROBLEMS", dict(registry._PROBLEMS))
     monkeypatch.setattr(registry, "_ORIGINS", dict(registry._ORIGINS))
-    monkeypatch.setattr(registry, "_LOAD_PROBLEMS", [])
+    monkeypatch.setattr(registry, "_LOAD_FAILURES", [])
     return install
 
 
@@ -95,7 +95,7 @@ def test_a_plugin_is_registered_under_its_entry_point_name_with_its_distribution
     plugins(methods=[FakeEntryPoint("plugin-method", PluginMethod, A)])
     assert registry.method_class("plugin-method") is PluginMethod and PluginMethod.name == "plugin-method"
     assert registry.code_origin(PluginMethod) == {"distribution": "plugin-a", "version": "1.0"}
-    assert registry.load_problems() == []
+    assert registry.plugin_load_failures() == []
 
 
 def test_a_name_clash_with_a_builtin_keeps_the_builtin_names_both_and_is_said_once(
@@ -107,7 +107,7 @@ def test_a_name_clash_with_a_builtin_keeps_the_builtin_names_both_and_is_said_on
     registry.available_methods()
     registry.available_methods()
     assert registry.method_class("trj") is builtin and ep.loads == []  # refused without running its code
-    (problem,) = registry.load_problems()
+    (problem,) = registry.plugin_load_failures()
     text = str(problem)
     assert text.startswith("method 'trj' from distribution plugin-a 1.0 refused: the name is taken by tdbench's")
     assert "methods.trj" in text and "which is kept" in text
@@ -181,7 +181,7 @@ def test_an_entry_point_and_a_decorator_with_the_same_name_are_one_registration(
         return decorated
 
     plugins(methods=[FakeEntryPoint("decorated", import_module, A)])
-    assert registry.method_class("decorated") is decorated and registry.load_problems() == []
+    assert registry.method_class("decorated") is decorated and registry.plugin_load_failures() == []
 
 
 def test_a_module_entry_point_registers_its_classes_with_its_distribution(plugins) -> None:

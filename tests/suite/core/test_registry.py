@@ -93,7 +93,7 @@ def test_an_old_signature_plugin_is_refused_and_said_once(
     )
     monkeypatch.setattr(registry, "_loaded", False)
     monkeypatch.setattr(registry, "_METHODS", dict(registry._METHODS))
-    monkeypatch.setattr(registry, "_LOAD_PROBLEMS", [])
+    monkeypatch.setattr(registry, "_LOAD_FAILURES", [])
     methods_now = registry.available_methods()
     registry.available_methods()
     assert "old-plugin" not in methods_now

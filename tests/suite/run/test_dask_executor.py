@@ -24,6 +24,7 @@ from distributed import Client
 
 from suite.cli import main
 from suite.run.dask_executor import START_TOPIC
+from tests.run_specs import smoke_spec
 
 REPO = Path(__file__).resolve().parents[3]
 DASK = [sys.executable, "-m", "distributed.cli.dask_scheduler"]
@@ -302,7 +303,7 @@ def test_the_client_writes_a_task_s_files_then_its_record(tmp_path: Path) -> Non
 
     key = RunKey("sas", "trj", 0, {"profile": "smoke"})
     stem = Path(key.filename).stem
-    spec = par.RunSpec(key, {}, "smoke", 10, "cpu", 10, tmp_path, 1, 1)
+    spec = smoke_spec(key, tmp_path, num_draws=10, eval_draws=10)
     record = {"problem": "sas", "method": "trj", "seed": 0, "status": "ok", "reason": None, "metrics": {}}
     record["plot"] = f"/scratch/on/the/worker/plots/{stem}.png"
     outcome = {"record": record, "files": {f"draws/{stem}.npz": b"draws", f"plots/{stem}.png": b"png"}}

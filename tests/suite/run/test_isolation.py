@@ -49,7 +49,7 @@ def vandal_and_witness() -> Iterator[None]:
 @pytest.mark.usefixtures("vandal_and_witness")
 def test_a_method_that_changes_its_problem_does_not_reach_the_next_run(tmp_path: Path) -> None:
     spec = GridSpec(problems="sas", methods="aa-vandal,zz-witness", profile="smoke", seeds=2, eval_draws=300)
-    outcome = run_grid(spec, Execution(tmp_path, jobs=1, progress=False), echo=lambda text: None)
+    outcome = run_grid(spec, Execution(out=tmp_path, jobs=1, progress=False), echo=lambda text: None)
     by_run = {(r["method"], r["seed"]): r for r in outcome.records}
     assert len(by_run) == 4
     assert by_run[("aa-vandal", 0)]["diagnostics"] == {"vandalised": True}  # it did change what it was given

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from suite.run import parallel as par
+from tests.run_specs import smoke_spec
 
 ROOT = Path(__file__).resolve().parents[3]
 #: Generous: a worker killed in its first seconds ends only once it has imported the suite and armed its watchdog
@@ -126,7 +127,7 @@ def test_dead_workers_cost_no_run(tmp_path: Path) -> None:
 
     argv = ["--problems", "sas", "--methods", "rjmcmc-baseline", "--profile", "smoke", "--seeds", "6"]
     plan = plan_grid(*grid_from_argv([*argv, "--no-progress", "--eval-draws", "300", "--out", str(tmp_path)])).runs
-    specs = [par.RunSpec(run.key, run.method.options(), "smoke", 4096, "cpu", 300, tmp_path, 2, 1) for run in plan]
+    specs = [smoke_spec(run.key, tmp_path, method_settings=run.method.options(), jobs=2) for run in plan]
     outcomes = []
     for outcome in par.run_in_workers(specs, jobs=2, threads=1):
         if not outcomes:
