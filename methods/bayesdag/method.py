@@ -1,79 +1,14 @@
 """BayesDAG (Annadani et al. 2023, "BayesDAG: Gradient-based posterior inference for causal discovery"), SG-MCMC + VI.
 
-A DAG is ``G = W * (sigma(p) L sigma(p)^T)`` (Sec. 3.2, eq. 7): node potentials p in R^d give a topological
-order (descending potentials: edge i -> j only if p_i > p_j), L is strictly lower triangular and W in {0, 1}^{d x d}
-switches edges off, so every G is a DAG by construction. Algorithm 1 runs C chains in parallel (vectorised):
+A DAG is ``G = W * (sigma(p) L sigma(p)^T)`` (Sec. 3.2, eq. 7): node potentials p give a topological order, L is
+strictly lower triangular and W in {0, 1}^{d x d} switches edges off, so every G is a DAG by construction.
+Algorithm 1 runs C chains in parallel (vectorised): W ~ q_phi(W | p) held fixed; one SG-MCMC step (App. C) on p
+(through the Sinkhorn relaxation, straight-through) and on the SCM parameters Theta; one Adam step on phi for the
+ELBO (eq. 15). ``model_probs`` is the empirical distribution of the graphs kept after the burn-in; q has no density
+(``log_density=None``). A non-finite U is a failed run.
 
-1. W ~ q_phi(W | p), held fixed (the Gibbs step of Sec. 4.2);
-2. one SG-MCMC step (App. C) on p and on the SCM parameters Theta with the gradient of
-   ``U = -(N / B) sum_batch log p(x | G, Theta) - log p(Theta) - log p(p) + lambda_s |G|``; the gradient for p goes
-   through the Sinkhorn relaxation ``S(p o^T / t)`` with the hard permutation forward (straight-through, eq. 9);
-3. one Adam step on phi maximising the ELBO (eq. 15) with W from a relaxed Bernoulli (Gumbel, temperature 0.2)
-   with straight-through hard samples.
-
-**Choices.** q_phi is the paper's network mu_phi(p) (App. D: LayerNorm on p, two hidden layers of 48 with a
-residual connection), shared by all chains. The hard permutation is an argsort of p, which is the exact solution of
-the rank-one assignment problem the paper solves with the Hungarian algorithm. The likelihood is Gaussian with one
-log noise variance per node and chain, starting at 0. By default (``noise="sampled"``) it is part of Theta (sampled
-by SG-MCMC with Theta, N(0, 1) prior): the paper does not say how the variances are handled, and sampling them gives
-each draw its own. The sparsity prior ``exp(-lambda_s ||G||_F^2)`` is on the full-data scale, as in the authors'
-code (lambda_s nats per edge). p ~ N(0, 0.1^2) and starts at N(0, 0.01^2) (the paper gives no alpha; these are the
-authors' code's values), Theta ~ N(0, I). phi's Adam learning rate (0.005) is the authors' code's; the paper does
-not give it. The linear weights start at N(0, 0.1^2), as in the authors' code (no bias), not at prior draws: from
-N(0, 1) draws the sparsity penalty switches edges off before their weights fit (measured: no better than the empty
-graph on linear-dag). The paper evaluates 100 particles from the last iterations; here every graph kept after the
-burn-in counts (``keep="last"``: the authors' way).
-
-**Options that follow the authors' code instead** (microsoft/Project-BayesDAG; defaults keep the behaviour above):
-``noise="adam"``: the log noise variances are fitted per chain by phi's Adam optimiser in the phi step, no prior;
-``steps="separate"``: per iteration an SG-MCMC step on p, the Adam step on phi and an SG-MCMC step on Theta, each
-with its own W ~ q_phi (default "joint": one W for one joint p and Theta step, then phi);
-``sinkhorn_o_scale=10``: o = 10 * [1..d] in the Sinkhorn input (default 1, the paper's eq. 7);
-``p_grad_through_w=True``: p's gradient also flows through W ~ q_phi(W | p) (default: W held fixed in the p step).
-What the authors' code runs for linear d=5 (``AUTHORS_LINEAR_ER5``, ``AUTHORS_LINEAR_SF5``; read for issue 33) is
-not what its configs appear to say: the SG-MCMC learning rate is fixed at 3e-4 for p and Theta in
-``bayesdag_nonlinear.py`` (the config's ``learning_rate`` is never read), and ``bayesdag_linear_er_5_5.json`` puts
-batch 512 and 500 epochs at its top level, where ``configs.get_configs`` does not look, so ER runs with the
-defaults file's batch 128 and 100 epochs; SF gets its batch 512 and 500 epochs. Both use 20 chains. Their training
-loop also runs extra p and Theta steps (15 each every 4 epochs, in ``evaluate_metrics``) and scores the last 100
-p values (5 steps of 20 chains): the options ``sampler_steps_every`` and ``keep="last"`` below. App. D (10 chains,
-3e-4, 700 epochs) is the "paper" profile.
-None improved both BGe problems beyond seed-to-seed variation, so none is the default (measurements:
-docs/methods.md, "bayesdag: the authors' variants"). Further options from the authors' code: ``chain_mean=True``
-(U's gradient divided by the number of chains: their loss is a mean over chains), ``hidden_layer_norm=True``
-(LayerNorm in q_phi's hidden layers), ``sampler_steps_every=4, sampler_steps=15`` (extra p and Theta steps on the
-full data with phi held, as their metric evaluation runs every 4 epochs) and ``keep="last", last_steps=5`` (the
-graphs of 5 further step pairs of every chain, each with a fresh W from the final q_phi, instead of everything
-after a burn-in) and ``phi_entropy="summed"`` (their phi loss adds q_phi's entropy summed over all chains to every
-chain's ELBO, C times the weight eq. 15 gives it; found by running their code beside this one, issue 33).
-
-**Preset** ``preset="authors"`` (:data:`PRESETS`) turns on every option of the authors' code above and, on
-``linear-dag-bge-er`` / ``-sf``, their run length as executed (:data:`AUTHORS_LINEAR_ER5`,
-:data:`AUTHORS_LINEAR_SF5`); elsewhere the profile sets the length.
-
-**Variants.** ``model="linear"``: ``x_j = sum_i G_ij Theta_ij x_i + e_j``. ``model="mlp"``: eq. 10 with weight-shared
-networks and node embeddings, hidden width max(4d, 64) (App. D). None: "mlp" on problems whose name starts with
-"dag-mlp", else "linear".
-
-**Output.** After the burn-in (the first ``burn_in`` fraction of the run; of the time budget when there is one),
-every ``thin``-th iteration keeps one graph per chain, ``tau(W, p)`` with a fresh W ~ q_phi(W | p). ``model_probs``
-is the empirical distribution of the kept graphs; the draws are ``context.num_draws`` of them, evenly spaced.
-q has no density (graphs come from SG-MCMC over p and Theta): ``log_density=None``, so no cross-entropy.
-Theta of the draws: on ``linear-dag`` problems (explicit edge weights then log noise variances) the linear
-variant's Theta maps exactly onto theta (weights of the drawn graph's edges, log noise variances); elsewhere theta
-is zero (it is used only to check that the target is finite at the draws; BGe problems have one auxiliary
-coordinate and the dag-mlp layout differs from eq. 10's networks).
-
-**Per-setting values** (App. D Table 3) fill ``lambda_sparse``, ``scale_p``, ``scale_theta`` and ``sparse_init`` left at
-None: linear ER d=5 (50, 0.001, 0.001, False), linear SF d=5 (50, 0.01, 0.001, False) by
-``problem.config()["graph_type"]`` (ER when absent); Sachs (1200, 0.1, 0.01, False); other dag-mlp problems
-(d=10, not in the table) take the nearest row, nonlinear d=20 (ER 300, 0.01, 0.01; SF 200, 0.1, 0.1).
-lambda_s is a penalty in nats per edge on the full data, tuned on the paper's N = 500 (linear d=5) and N = 5000
-(nonlinear) rows; on N rows it is scaled by N / N_paper (exact on linear-dag-bge-*, N = 500; 10 on linear-dag,
-N = 100, where the unscaled 50 empties every graph). Sachs is the paper's own data: unscaled.
-
-**Time budget.** The run goes until ``context.stop_due``; the burn-in ends at the milestone ``burn_in_end``.
-Checkpointing is not done. A non-finite U is a failed run.
+The choices where the paper is silent, the options and the ``preset="authors"`` that follow the authors' code, the
+per-setting values of App. D Table 3 and how the output maps onto theta: docs/methods.md, "bayesdag: the method".
 """
 
 from __future__ import annotations

@@ -1,48 +1,18 @@
 """Univariate normal mixtures with an unknown number of components: Richardson & Green (1997) [RG].
 
-Model k in {1, ..., k_max} (``model_index = k - 1``, labels ``"k=1"`` ..), uniform prior (RG Sec. 2.2; RG use
-k_max = 30, Sec. 4). The default here is k_max = 15, so that the reference is affordable: the shipped reference's
-log evidences fall by 0.68 nats per component from k = 11 to 15, so k > 15 would hold about 0.1% of RG's
-k <= 30 posterior (p(k = 15 | y) = 0.0011); ``k_max=30`` is accepted but has no shipped reference. Given k, the N
-observations are iid from
+Model k in {1, ..., k_max} (``model_index = k - 1``), uniform prior; given k the observations are iid from
+sum_j w_j N(mu_j, sigma_j^2) with allocations integrated out, under RG's hierarchical prior (Dirichlet weights,
+normal means ordered mu_1 < ... < mu_k, Gamma precisions with a Gamma hyperprior on their rate). The ordering
+removes label switching and leaves each model's evidence that of the unordered mixture. k_max = 15 by default (k > 15
+holds about 0.1% of RG's k <= 30 posterior); ``k_max=30`` is accepted but has no shipped reference.
 
-    y_i ~ sum_j w_j N(mu_j, sigma_j^2)                                  (RG Sec. 2),
+Unconstrained coordinates, ``dim_max = 3 k_max``: log beta, then the first mean and the log gaps between means,
+the log precisions, and the additive log-ratios of the weights; model k has 3k active ones, Jacobians included.
+``log_joint_with`` is written once for torch and JAX, with ``log_prior_with`` and ``sample_prior`` for SMC.
 
-with allocations integrated out. RG's hierarchical prior (Sec. 2.2 and their "default" settings, Sec. 4; the
-section numbers are from memory, the paper's full text was not at hand):
-w ~ Dirichlet(delta, .., delta), delta = 1; mu_j ~ N(xi, 1 / kappa) iid, xi the midpoint of the data range R,
-kappa = 1 / R^2, the means ordered mu_1 < ... < mu_k (so their joint prior is k! times the product of normals on
-the ordered set: the order statistics); sigma_j^-2 ~ Gamma(alpha, beta) (rate beta), alpha = 2; beta ~
-Gamma(g, h) (rate h), g = 0.2, h = 10 / R^2. The ordering removes label switching: a model's evidence is that of
-the unordered mixture (the k! of the order statistics offsets the k! labellings), and its draws are identified.
-
-Unconstrained coordinates, ``dim_max = 3 k_max``, slot blocks (component j = 0, 1, .. active iff j < k):
-
-- slot 0: log beta (always active);
-- slots 1 .. k_max: mu_1, then log(mu_j - mu_{j-1}) for j = 2..k (Jacobian: the sum of the log gaps);
-- slots k_max + 1 .. 2 k_max: log sigma_j^-2 (Jacobian sigma_j^-2);
-- slots 2 k_max + 1 .. 3 k_max - 1: the additive log-ratios a_j = log(w_j / w_k), j = 1..k-1, onto the simplex
-  (Jacobian prod_{j<=k} w_j, so Dirichlet(delta) becomes Gamma(k delta) / Gamma(delta)^k prod_j w_j^delta).
-
-Model k thus has 3k active coordinates. ``log_joint_with`` writes log p(k) + log p(theta_k | k) (Jacobians
-included) + the mixture log likelihood once for torch and JAX (the reference engine's SMC evaluates it);
-``log_prior_with`` and ``sample_prior`` let SMC temper from the prior.
-
-Reference (``suite/reference/shipped/galaxy/``, ``python -m suite.reference galaxy --force --seed 1``): per-k log
-evidences by tempered SMC from the prior (16 runs x 2,500 particles, 800 random-walk moves per temperature,
-about 40 temperatures at ESS 0.9), gold draws from the SMC particles. Made with JAX on an H200 GPU in 200 s; on
-one CPU core these settings would take days. The k = 1 evidence agrees with quadrature
-(:mod:`problems.galaxy.quadrature`: -247.5427 against SMC's -247.540 +- 0.005). An independent run (seed 0,
-5,000 particles, 400 moves) differs by up to 0.3 nats at k = 5..9 (TV 0.064 between the two p(k | y)), more than
-the runs' spread shows: SMC's random walk mixes slowly between a mixture's modes, so treat ~0.05 in TV as the
-reference's own error. p(k | y): k = 3..10: 0.065, 0.137, 0.192, 0.240, 0.160, 0.086, 0.055, 0.028 (RG Table 1:
-0.061, 0.128, 0.182, 0.199, 0.160, 0.109, 0.071, 0.040, as the sBIC package's galaxy vignette quotes that table;
-the paper itself was not at hand).
-
-Data: ``data="rg"`` (default) reads mixAK's ``Galaxy.R``, the 82 velocities in 1000 km/s as RG used them;
-``"mass"`` reads MASS's ``galaxies.csv`` (one entry differs: 26.690 there for 26.960, see
-:mod:`problems.galaxy.data`); ``"enzyme"`` and ``"acidity"`` are RG's other two data sets (same prior, no shipped
-reference).
+The reference is tempered SMC (shipped; about 0.05 in TV is its own error). Data: ``data="rg"`` (default, mixAK's
+``Galaxy.R`` as RG used it), ``"mass"``, ``"enzyme"``, ``"acidity"``. Sources, hyperparameters, the reference's
+settings and checks, and RG's Table 1 beside it: docs/problems.md, "galaxy".
 """
 
 from __future__ import annotations

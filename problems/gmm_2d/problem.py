@@ -1,68 +1,14 @@
 """2-D Gaussian mixture with an unknown number k of equally weighted components ([GMM-ref]: VTI's ``gmm_2d_k100.py``).
 
-Model k in {1, ..., K_max} (``model_index = k - 1``, labels ``"k=1"`` .. ``"k=K_max"``) explains N points
-y_j in R^2 as
+Model k in {1, ..., K_max} (``model_index = k - 1``) explains N points y_j in R^2 as
+y_j ~ (1/k) sum_{i<k} N(mu_i, sigma^2 I_2) with sigma known; the log-likelihood is a logsumexp over components,
+never divided by N. theta in R^{2 K_max} holds the x then y coordinates of the means, slot i active iff i < k,
+mapped into a box (data range + 20% per side) through a sigmoid with its floored log-Jacobian; the prior is uniform
+on the box, the model prior a BIC-style penalty normalised over k. The likelihood runs in chunks of data points
+with a hand-written gradient, so memory stays O(B chunk K_max) whatever N.
 
-    y_j ~ (1/k) sum_{i<k} N(mu_i, sigma^2 I_2),    sigma known,
-
-so log p(y | theta, k) = sum_j log((1/k) sum_{i<k} N(y_j; mu_i, sigma^2 I_2)) (a logsumexp over components,
-never divided by N: [GMM-ref]'s "normalisation trap").
-
-Parameters: theta in R^{2 K_max} = [theta_x(1..K_max), theta_y(1..K_max)]; slot i of each half is active iff
-i < k. The means live in a box [x_lo, x_hi] x [y_lo, y_hi] through mu_x,i = x_lo + w_x sigmoid(theta_x,i)
-(w_x = x_hi - x_lo; likewise y). The prior is uniform on the box for each active mean, so in theta-space
-
-    log p(theta | k) = sum_{i<k} [-log(w_x w_y) + log|J_i|],
-    log|J_i| = log max(w_x s_x (1 - s_x), 1e-30) + log max(w_y s_y (1 - s_y), 1e-30),  s = sigmoid(theta),
-
-with the reference's floor of 1e-30 under each log, computed here as max(log w + log s(t) + log s(-t),
-log 1e-30): the same function, without the cancellation in 1 - s (taken literally in float64, 1 - s(t) is
-exactly 0 for t > ~37, where the floor would then act too early and only on one side). Without the floor
-p(theta_i | k) is the standard logistic density (the -log w of the uniform prior cancels the +log w of the
-Jacobian); the floor acts only for |theta| > log(w) + 69 (about 72 here), where it makes the density flat,
-so the target is improper in its far tails, as in the reference. Non-finite active coordinates (where the
-exact density is zero) give ``-inf``.
-
-Box (ASSUMPTION: [GMM-ref] says only "data range + 20% margin on each side"): per axis
-lo = min_j y_j - 0.2 (max_j y_j - min_j y_j), hi = max_j y_j + 0.2 (max_j y_j - min_j y_j).
-
-Model prior: the BIC-style penalty log p(k) = -lambda 0.5 log(N) (k - 1) (lambda = ``complexity_penalty``),
-here NORMALISED over k (minus its logsumexp) so that p(k) is a proper distribution and model probabilities
-are comparable across problems; [GMM-ref] leaves it unnormalised inside its log joint, which only shifts the
-log joint by a constant and changes no posterior.
-
-Differences from [GMM-ref]: (1) inactive coordinates are ignored (the suite's convention); the reference's
-log joint also adds N(0, 1) on them (AbstractDGP.reference_log_prob), which changes neither p(k | y) nor
-p(theta_k | k, y). (2) The normalised model prior above. (3) -inf at non-finite active theta. (4) The
-log-Jacobian without cancellation (above).
-
-Data-generating process: k_true means uniform on [0, 10]^2 from ``torch.Generator().manual_seed(data_seed)``
-(float64 ``torch.rand``); then each point picks a true component uniformly (``torch.randint``) and adds
-N(0, sigma^2 I_2) noise (``torch.randn``), all from the same generator in that order.
-
-Instances:
-
-- ``gmm-2d-k100`` (paper profile only): the [GMM-ref] configuration, K_max = 100, k_true = 50, N = 4000,
-  sigma = 0.5, lambda = 2 (8.29 nats per extra component), data_seed = 42. With this seed many true means
-  nearly coincide (79 pairs closer than 1.5 = 3 sigma, the closest 0.22 apart), so the data cannot resolve
-  all 50 components: rough Laplace approximations of log p(y, k) (EM fits started from the true means, then
-  merging the closest pair one step at a time) peak near k = 37, about 60 nats above k = 50. The exact
-  posterior therefore sits well below k = 50, and ``k_abs_error`` does not vanish even for a perfect sampler.
-- ``gmm-2d`` (quick): a small instance, K_max = 8, k_true = 5, N = 150 (30 points per component against the
-  paper instance's 80, and K_max below its 2 k_true: the likelihood's cost is N K_max, and the quick profile
-  runs ten methods on it within its budget), sigma = 0.5, lambda = 2. Its data_seed is 21, the
-  first seed whose 5 true means are pairwise at least 6 sigma (3.0) apart: with seed 42 the first two true
-  means are only 0.66 apart and a third lies within 0.82 of both, so k_true would not be identifiable. Each
-  extra component then costs the penalty 2 x 0.5 log 150 = 5.0 nats plus its Occam factor, and each missing
-  one over a hundred nats of likelihood, so the posterior concentrates on k = 5 (Laplace estimates: 15 nats
-  above k = 6, 229 above k = 4).
-
-The likelihood is evaluated in chunks of max(8, 12000 // K_max) data points, each chunk's [B, chunk, K_max]
-logits in theta's dtype and the sum over points in float64; the gradient with respect to the means is
-accumulated in the same pass (responsibility-weighted residuals), so backpropagation keeps no per-chunk
-activations and memory stays O(B chunk K_max) whatever N (second derivatives are not available). Measured
-on the shared 2-core CPU machine (one thread, B = 256, gmm-2d-k100): about 0.5 s per float64 log joint and
-0.65 s with its gradient (float32: 0.2 s and 0.3 s), with at most ~125 MB of extra resident memory.
+The exact formulas, the differences from [GMM-ref], the data-generating process, the two instances (``gmm-2d``,
+``gmm-2d-k100``) and the chunking's measured cost: docs/problems.md, "gmm-2d in detail".
 """
 
 from __future__ import annotations

@@ -1,56 +1,14 @@
 """Variability of the Bartolucci bridge estimate (BBE) per across-model proposal: TRJ paper Figs. 5 and 7 (and 3-4).
 
-Protocol (TRJ sec. 4.2 and 5.1; spec ``methods.md`` sec. 7). For each replicate r = 1..R:
+For each replicate: a training and an evaluation set of draws (shared by all proposal types of the replicate), each
+proposal type fitted on the training set, ONE proposal made from every evaluation draw (the target model drawn too),
+and the acceptance probabilities turned into model probabilities by eq. 9-10 of the paper
+(``methods.trj.bartolucci_model_probs``) or the least-squares bridge where eq. 10 lacks a pair. Proposal types:
+``rq``, ``affine``, ``standard``, ``lopes-west``, ``ctrj`` and ``exact``. Writes ``bbe_<problem>.csv`` and
+``bbe_<problem>.png`` (and ``running_<problem>.png`` with ``--running``) to ``--out``.
 
-1. a training set = ``problem.training_draws(N)`` and an evaluation set = ``problem.reference_draws(N)``, from
-   generators of their own per replicate (for problems with a stored reference these are random subsets of its
-   two disjoint halves, for ``sas`` fresh exact draws), shared by all proposal types of that replicate;
-2. each proposal type is fitted on the training set (transports re-fitted every replicate);
-3. ONE proposal is made from every evaluation draw, including the random choice of the target model
-   (``--jumps uniform``: any other model; ``estimate``: j(k') proportional to the training frequencies);
-4. the acceptance probabilities give eq. 9-10 of the paper (:func:`methods.trj.bbe.bartolucci_model_probs`), or
-   the least-squares bridge over all proposed pairs where eq. 10 lacks a pair (``PairStatistics.graph_model_probs``).
-
-Proposal types: ``rq`` (per-model RQ spline flows, "RQMA-NF"), ``affine`` (per-model mean and Cholesky factor,
-"Affine NF"), ``standard`` (Brooks et al. 2003: shared coordinates kept, new ones drawn from N(0, s^2), s the prior
-sd of each coordinate by default, as the paper's N(0, 10^2) for block VS), ``lopes-west`` (Lopes & West 2004
-independence proposal, factor analysis only), ``ctrj`` (one conditional RQ flow on the saturated space, Algorithm 2;
-the evaluation draws' inactive coordinates get fresh N(0, 1) auxiliaries) and ``exact`` (the problem's own exact
-transports, ``sas`` only: with uniform jumps every alpha is min(1, pi(k') / pi(k)) and the BBE is exact).
-
-Outputs in ``--out`` (default ``results/trj_study``): ``bbe_<problem>.csv`` (one row per proposal, replicate and
-model), ``bbe_<problem>.png`` (violins of the estimates of P(model M), truth line and its +-2 SE band), and with
-``--running`` also ``running_<problem>.png`` (running bridge estimates along ``trj``/``ctrj`` runs, Figs. 3-4).
-
-The paper's protocols, for comparison: block VS (Fig. 7) 80 repetitions, one estimate each, N = 1,000 to 8,000
-per-model SMC draws split 50/50; FA (Fig. 5) 10 training/evaluation pairs x 100 repetitions = 1,000 estimates with
-N = 2,000 and 16,000 (flows re-fitted per pair, up to 3,000 flow iterations). The defaults here (R = 10, N = 4,000,
-1,000 flow iterations) refit everything per replicate, a cheaper version of both. For problems with a stored
-reference the replicates are random subsets of the same two halves of its draws (5,000 each for block VS and FA;
-larger N is capped, see ``num_train``/``num_eval`` in the CSV), so their spread understates that over independent
-sets, and any error in the stored draws is shared by all replicates. ``--fresh-draws`` makes the replicates
-independent: each takes its training and evaluation draws (N each, disjoint) from a reference-engine run of its own
-(the problem's reference settings, seed ``FRESH_SEED_BASE + 1000 seed + r``, and SMC particles as draws where the
-stored reference took them from SMC; ~2 min per replicate on block VS), while the truth stays the stored reference.
-Problems with exact samplers (``sas``) draw afresh anyway. ``--draws-per-model`` is TRJ's FA protocol: N counts
-the draws of each model (N training and N evaluation draws per model, so 2N proposals per estimate on two models),
-from per-model NUTS or SMC runs of each replicate's own (:mod:`suite.studies.bbe_draws`, ~30 s at N = 1,000 on FA).
-
-Runtimes measured on a shared 2-core CPU machine (float64, CPU only), with ``OMP_NUM_THREADS=1``: small flows
-ran many times slower with torch's default two threads on the loaded machine, so set it on small machines.
-``sas --proposals exact,affine --replicates 10`` (N = 4,000): 0.2-5 s of study (idle to heavily loaded machine)
-after ~4 s of imports; ``block-vs --proposals affine,standard`` (R = 10, N = 4,000): 0.4-9 s;
-``factor-analysis-k23 --proposals lopes-west,affine,standard``: ~30 s (the KDE modes of Lopes & West take ~3 s per
-fit); ``block-vs`` with every
-proposal and the defaults (R = 10, N = 4,000, 1,000 flow iterations): ~18 min, nearly all flow fitting (~50 s per
-replicate for the four ``rq`` flows, ~55 s for the ``ctrj`` flow). ``--running`` adds ~0.5 s (smoke) to ~1.5 s
-(quick) per affine/standard run on these problems and ~50 s per quick ``rq`` run on block VS.
-
-Run as ``tdbench bbe-study PROBLEM [--proposals rq,affine,...] [--replicates R] [--repeats P] [--draws N]
-[--model M] [--out DIR] [--seed S] [--flow-iterations I] [--jumps uniform|estimate] [--aux-scale S] [--fresh-draws]
-[--draws-per-model]
-[--running [--running-seeds S] [--running-budget smoke|quick]]``; ``--repeats`` makes P estimates per fitted proposal
-from fresh proposals (the FA protocol's 100 repetitions per training/evaluation pair).
+The protocol step by step, the paper's protocols beside these defaults, the draws options (``--fresh-draws``,
+``--draws-per-model``), runtimes and the command line: docs/studies.md, "The BBE study in detail".
 """
 
 from __future__ import annotations
