@@ -35,16 +35,19 @@ from suite.studies import STUDIES, Study
 #: Tools with their own arguments: ``tdbench NAME ARGS`` hands ARGS to the tool's ``main`` (module, summary). A
 #: tool's module is imported when it is called, so that ``tdbench report`` loads no problem or method code.
 TOOLS: dict[str, tuple[str, str]] = {
-    "reference": ("suite.reference.cli", "compute, store, validate or show ground-truth references of problems"),
+    "reference": (
+        "suite.cli.reference_command",
+        "compute, store, validate or show ground-truth references of problems",
+    ),
     "compare": (
-        "suite.report.compare",
+        "suite.cli.compare_command",
         "compare two results folders: each method's change beyond noise (--exact: bitwise)",
     ),
-    "overview": ("suite.report.overview", "a Markdown overview of a results folder across problems and methods"),
-    "readme-table": ("suite.report.readme_table", "print (or --write into README.md) the README's results table"),
-    "facts": ("suite.results.facts", "add problem facts to records written before they were kept"),
+    "overview": ("suite.cli.overview_command", "a Markdown overview of a results folder across problems and methods"),
+    "readme-table": ("suite.cli.readme_table_command", "print (or --write into README.md) the README's results table"),
+    "facts": ("suite.cli.facts_command", "add problem facts to records written before they were kept"),
     "bbe-study": ("suite.studies.bbe_command", "spread of TRJ's bridge estimate per proposal (TRJ Figs. 5, 7)"),
-    "data": ("suite.core.data_command", "list the external data sets (present, where, URL) or fetch the missing"),
+    "data": ("suite.cli.data_command", "list the external data sets (present, where, URL) or fetch the missing"),
     "check": ("suite.cli.check", "conformance checks of a problem or method (a plug-in's, say): PASS/FAIL per check"),
 }
 

@@ -3,6 +3,6 @@
 import sys
 
 import problems  # noqa: F401  (registers the built-in problems)
-from suite.reference.cli import main
+from suite.cli.reference_command import main
 
 sys.exit(main())

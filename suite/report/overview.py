@@ -10,16 +10,12 @@ was not computed (``nan``: computed, but NaN). The problems' main metrics come f
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from suite.report.leaderboard import MISSING, is_computed_nan, long_table, main_metric, summary_table, to_markdown
-from suite.results import records as rec
+from suite.report.leaderboard import MISSING, is_computed_nan, long_table, main_metric, summary_table
 
 #: Methods in the order of the grid's columns (others follow, alphabetically).
 COLUMN_ORDER = ["rjmcmc-baseline", "rjmcmc-naive", "vti-surrogate", "vti-mcg", "trj", "ctrj"]
@@ -64,31 +60,3 @@ def overview(
         rows.append(row)
     grid = pd.DataFrame(rows)
     return grid
-
-
-def main(argv: list[str] | None = None, prog: str = "tdbench overview") -> int:
-    """Print the grid of a results folder as Markdown."""
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path, help="results folder (as given to run_all.py --out)")
-    parser.add_argument("--problems", default=None, help="comma-separated problems, in this order (default: all)")
-    parser.add_argument("--methods", default=None, help="comma-separated methods, in this order (default: all)")
-    args = parser.parse_args(argv)
-    records = rec.load_records(args.out)
-    if not records:
-        print(f"{prog}: error: no records under {args.out}", file=sys.stderr)
-        return 2
-    problems, methods = (
-        None if text is None else [n.strip() for n in text.split(",") if n.strip()]
-        for text in (args.problems, args.methods)
-    )
-    try:
-        grid = overview(records, problems, methods)
-    except ValueError as exc:  # a record without the facts the grid reads, named with the fix
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 2
-    print(to_markdown(grid), end="")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -8,8 +8,6 @@ before they were kept (it imports the problem classes, which the report itself n
 
 from __future__ import annotations
 
-import argparse
-import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -76,22 +74,3 @@ def add_missing_facts(out: Path) -> tuple[int, list[str]]:
         rewrite_record(path, {**record, "problem_facts": problem_facts(cls)})
         updated += 1
     return updated, sorted(unknown)
-
-
-def main(argv: list[str] | None = None, prog: str = "tdbench facts") -> int:
-    """``tdbench facts RESULTS_DIR``: add problem facts to records written before they were kept."""
-    parser = argparse.ArgumentParser(prog=prog, description=main.__doc__)
-    parser.add_argument("out", type=Path, help="a results folder (holding records/)")
-    args = parser.parse_args(argv)
-    if not (args.out / "records").is_dir():
-        print(f"{prog}: error: {args.out} has no records/ folder", file=sys.stderr)
-        return 2
-    updated, unknown = add_missing_facts(args.out)
-    print(f"{updated} record(s) in {args.out} now carry their problem's facts")
-    if unknown:
-        print(f"not registered here, left as they were: {', '.join(unknown)}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

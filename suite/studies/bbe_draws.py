@@ -25,7 +25,6 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -35,10 +34,10 @@ from torch import Tensor
 from methods.common.chains import ChainState, random_walk_move
 from suite.core.problem import Problem
 from suite.core.types import Draws
-from suite.reference.cli import settings_for
 from suite.reference.engine import MAX_RHAT, even_subset
 from suite.reference.jax_target import JaxTarget
 from suite.reference.nuts import NUTSSampler
+from suite.reference.settings import settings_for
 from suite.reference.smc import run_smc
 
 if TYPE_CHECKING:
@@ -150,7 +149,7 @@ def per_model_draws(
 ) -> tuple[Draws, Draws]:
     """N training and N evaluation draws of every model, from runs of their own (see the module docstring)."""
 
-    settings = settings_for(problem, SimpleNamespace(particles=None, runs=None, gold_draws=num_draws, seed=seed))
+    settings = settings_for(problem, gold_draws=num_draws, seed=seed)
     sources = stored_sources(problem)
     masks = problem.mask(problem.model_space.all_indices())
     train_parts, eval_parts, index_parts = [], [], []

@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
-from types import SimpleNamespace
 from typing import Any
 
 import matplotlib
@@ -46,8 +45,8 @@ from methods.trj import (
 )
 from suite.core.problem import ExactTransport, Problem
 from suite.core.types import Draws
-from suite.reference.cli import settings_for
 from suite.reference.engine import estimate_reference
+from suite.reference.settings import settings_for
 from suite.studies.bbe_draws import per_model_draws
 
 PROPOSALS = ("rq", "affine", "standard", "lopes-west", "ctrj", "exact")
@@ -295,8 +294,7 @@ def fresh_reference(problem: Problem, num_draws: int, seed: int) -> Any:
     :class:`suite.core.reference_store.Reference` (its halves are disjoint training and evaluation sets).
     """
 
-    options = SimpleNamespace(particles=None, runs=None, gold_draws=num_draws, seed=seed)
-    settings = settings_for(problem, options)
+    settings = settings_for(problem, gold_draws=num_draws, seed=seed)
     if stored_draws_from_smc(problem):
         settings = dataclasses.replace(settings, max_nuts_models=0)
     return estimate_reference(problem, settings, log=lambda *_: None)

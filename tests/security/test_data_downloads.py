@@ -24,7 +24,8 @@ from pathlib import Path
 import pooch
 import pytest
 
-from suite.core import data, data_command, data_download
+from suite.cli import data_command
+from suite.core import data, data_download
 from suite.core.data_registry import KNOWN_FILES, DataFile
 from tests.local_mirror import local_mirror
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pooch
 import pytest
 
-from suite.core import data, data_command, data_download
+from suite.cli import data_command
+from suite.core import data, data_download
 from suite.core.data_registry import KNOWN_FILES, DataFile
 from tests.local_mirror import local_mirror
 
@@ -314,7 +315,7 @@ def tdbench(arguments: list[str]) -> int:
 def test_tdbench_data_is_the_data_command(capsys: pytest.CaptureFixture[str], registry: dict[str, bytes]) -> None:
     from suite.cli import TOOLS, main  # the command line imports every layer: only this test needs it
 
-    assert TOOLS["data"][0] == "suite.core.data_command"
+    assert TOOLS["data"][0] == "suite.cli.data_command"
     assert main(["data", "fetch", "nope.csv"]) == 2
     assert "tdbench data fetch: error: unknown data file 'nope.csv'" in capsys.readouterr().err
 

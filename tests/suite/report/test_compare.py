@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from suite.report.compare import changes, differences, main
+from suite.cli.compare_command import main
+from suite.report.compare import changes, differences
 from suite.results.records import RunKey, load_replay_counts, write_record
 
 

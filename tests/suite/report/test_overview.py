@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from suite.report.overview import main, overview
+from suite.cli.overview_command import main
+from suite.report.overview import overview
 from suite.results import records as rec
 
 

@@ -120,11 +120,10 @@ def test_real_per_model_runs_match_the_stored_reference() -> None:
     reference = None if problem.unavailable_reason() else problem.stored_reference()
     if reference is None:
         pytest.skip("factor-analysis-k23 has no data or stored reference here")
-    from types import SimpleNamespace
 
-    from suite.reference.cli import settings_for
+    from suite.reference.settings import settings_for
 
-    settings = settings_for(problem, SimpleNamespace(particles=None, runs=None, gold_draws=400, seed=0))
+    settings = settings_for(problem, gold_draws=400, seed=0)
     import dataclasses
 
     settings = dataclasses.replace(

@@ -14,26 +14,9 @@ from suite.core.device import tune_allocator
 from suite.core.problem import Problem
 from suite.core.reference_store import has_exact_reference
 from suite.core.registry import UnknownNameError, available_problems, make_problem
-from suite.reference.bridge import BridgeSettings
-from suite.reference.engine import EngineSettings, estimate_reference
-from suite.reference.nuts import NUTSSettings
+from suite.reference.engine import estimate_reference
 from suite.reference.rjmcmc_gold import app_e1_settings, estimate_by_rjmcmc
-from suite.reference.smc import SMCSettings
-
-
-def settings_for(problem: Problem, args: argparse.Namespace) -> EngineSettings:
-    """Engine settings: defaults, then the problem's ``reference_settings``, then command-line overrides."""
-    own = getattr(problem, "reference_settings", {})
-    smc = dataclasses.replace(SMCSettings(), **own.get("smc", {}))
-    nuts = dataclasses.replace(NUTSSettings(), **own.get("nuts", {}))
-    if args.particles:
-        smc = dataclasses.replace(smc, num_particles=args.particles)
-    if args.runs:
-        smc = dataclasses.replace(smc, num_runs=args.runs)
-    extra = {k: v for k, v in own.items() if k in ("max_nuts_models", "evidence")}
-    if "bridge" in own:
-        extra["bridge"] = dataclasses.replace(BridgeSettings(), **own["bridge"])
-    return EngineSettings(smc=smc, nuts=nuts, num_gold_draws=args.gold_draws, seed=args.seed, **extra)
+from suite.reference.settings import settings_for
 
 
 def show(problem: Problem, reference: store.Reference, exact: np.ndarray | None = None, top: int = 12) -> None:
@@ -146,7 +129,12 @@ def main(argv: list[str] | None = None, prog: str = "tdbench reference") -> int:
             print(f"{problem.name}: RJMCMC gold standard, {rjmcmc.as_dict()}")
             reference = estimate_by_rjmcmc(problem, rjmcmc)
         else:
-            reference = estimate_reference(problem, settings_for(problem, args))
+            reference = estimate_reference(
+                problem,
+                settings_for(
+                    problem, particles=args.particles, runs=args.runs, gold_draws=args.gold_draws, seed=args.seed
+                ),
+            )
         if args.validate and has_exact_reference(problem):
             show(problem, reference, exact=problem.reference_model_probs().dense(problem.num_models).numpy())
             continue
