@@ -1,4 +1,5 @@
-"""Per-group masked means and covariances, computed in one vectorised pass over rows."""
+"""Per-group masked means and covariances: one matrix product per group where groups are few, else one vectorised
+pass over rows."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import torch
 from torch import Tensor
 
 ROW_CHUNK = 8192
+#: Up to this many groups the moments are one matrix product per group (rows sorted by group); beyond, the rows'
+#: outer products are summed into the groups in chunks, which materialises [chunk, D, D] and is far slower per row.
+MAX_MATMUL_GROUPS = 256
 
 
 def grouped_moments(group: Tensor, x: Tensor, mask: Tensor, num_groups: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -27,6 +31,8 @@ def grouped_moments(group: Tensor, x: Tensor, mask: Tensor, num_groups: int) -> 
         ``mean [G, D]`` and ``cov [G, D, D]`` (population covariance; zero where
         a pair was never active together).
     """
+    if num_groups <= MAX_MATMUL_GROUPS:
+        return _moments_by_matmul(group, x, mask, num_groups)
     dim = x.shape[-1]
     a = mask.to(x.dtype)
     xa = torch.where(mask, x, torch.zeros_like(x))
@@ -45,6 +51,29 @@ def grouped_moments(group: Tensor, x: Tensor, mask: Tensor, num_groups: int) -> 
         second.index_add_(0, group[sl], centred[:, :, None] * centred[:, None, :])
     cov = second / count.clamp_min(1)
     return count, mean, cov
+
+
+def _moments_by_matmul(group: Tensor, x: Tensor, mask: Tensor, num_groups: int) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`grouped_moments` with the rows sorted by group and each group's sums as matrix products."""
+    dim = x.shape[-1]
+    order = torch.argsort(group, stable=True)
+    sizes = torch.bincount(group, minlength=num_groups).tolist()
+    a = mask.index_select(0, order).to(x.dtype)
+    xa = torch.where(mask, x, torch.zeros_like(x)).index_select(0, order)
+    count = x.new_zeros(num_groups, dim, dim)
+    mean = x.new_zeros(num_groups, dim)
+    second = x.new_zeros(num_groups, dim, dim)
+    start = 0
+    for g, size in enumerate(sizes):
+        if size:
+            rows = slice(start, start + size)
+            a_g, x_g = a[rows], xa[rows]
+            count[g] = a_g.T @ a_g
+            mean[g] = x_g.sum(0) / torch.diagonal(count[g]).clamp_min(1)
+            centred = (x_g - mean[g]) * a_g
+            second[g] = centred.T @ centred
+        start += size
+    return count, mean, second / count.clamp_min(1)
 
 
 def shrunk_covariances(count: Tensor, cov: Tensor, prior_weight: float) -> Tensor:

@@ -1,8 +1,10 @@
 """Grouped masked moments against a per-group numpy computation."""
 
 import numpy as np
+import pytest
 import torch
 
+from methods.common import moments
 from methods.common.moments import (
     grouped_diagonal_moments,
     grouped_moments,
@@ -13,14 +15,19 @@ from methods.common.moments import (
 )
 
 
-def test_grouped_moments_match_numpy() -> None:
+@pytest.mark.parametrize("max_matmul_groups", [moments.MAX_MATMUL_GROUPS, 0], ids=["matmul", "chunked"])
+def test_grouped_moments_match_numpy(max_matmul_groups: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both ways of summing (a matrix product per group, outer products in row chunks), group 2 left empty."""
+    monkeypatch.setattr(moments, "MAX_MATMUL_GROUPS", max_matmul_groups)
     gen = torch.Generator().manual_seed(0)
     n, d, g = 20_000, 3, 4
     group = torch.randint(0, g, (n,), generator=gen)
+    group[group == 2] = 3
     mask = torch.rand(n, d, generator=gen) < 0.7
     x = torch.randn(n, d, generator=gen, dtype=torch.float64) * 2 + 1
     count, mean, cov = grouped_moments(group, x, mask, g)
-    for k in range(g):
+    assert bool((count[2] == 0).all() & (mean[2] == 0).all() & (cov[2] == 0).all())
+    for k in (0, 1, 3):
         xs, ms = x[group == k].numpy(), mask[group == k].numpy()
         for i in range(d):
             assert np.isclose(mean[k, i], xs[ms[:, i], i].mean())
