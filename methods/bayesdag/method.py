@@ -20,7 +20,6 @@ from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from methods.bayesdag import model as bd
 from suite.core.context import BudgetTooSmall, RunContext
@@ -433,8 +432,8 @@ class _Run:
     # ----------------------------------------------------------------- run
     def run(self) -> Result:
         m, context = self.method, self.context
-        budgeted = context.budgeted
-        planned = None if budgeted else int(m.num_iterations)
+        loop = context.loop(f"bayesdag {self.problem.name}", planned=int(m.num_iterations))
+        planned = loop.planned  # None in a budgeted run
         keep_last = m.keep == "last"
         burn_in_iterations = 0 if planned is None else int(m.burn_in * planned)
         with context.timer.phase("setup"):
@@ -455,36 +454,32 @@ class _Run:
         block_losses: list[float] = []
         block_sum = torch.zeros((), dtype=self.dtype, device=self.device)
         sinkhorn_total = 0
-        quiet = not context.progress or None
-        bar = tqdm(total=planned, desc=f"bayesdag {self.problem.name}", leave=False, disable=quiet)
         t, sampled, burn_in_over = 0, 0, m.burn_in == 0 or keep_last
         burn_in_end = 0 if burn_in_over else None
-        with context.timer.phase("train"):
-            while not (context.stop_due(t) if budgeted else t >= planned):
+        with loop, context.timer.phase("train"):
+            while not loop.finished():
                 losses, sinkhorn_iterations = self._step()
-                t += 1
+                loop.advance()  # the snapshot, if due, comes after this iteration's bookkeeping below
+                t = loop.iteration
                 sinkhorn_total += sinkhorn_iterations
                 block_sum += losses.mean()
                 if t % BLOCK == 0:
                     if not bool(torch.isfinite(losses).all() and torch.isfinite(block_sum)):
-                        bar.close()
                         return self._failed(t, losses, {**diagnostics, "iterations": t})
                     block_losses.append(float(block_sum) / BLOCK)
                     block_sum.zero_()
-                    bar.update(BLOCK)
                 if self._burst_due(t):
                     self._sampler_burst(int(m.sampler_steps))
                 if not burn_in_over:
-                    burn_in_over = context.milestone(BURN_IN_END, t, m.burn_in) if budgeted else t >= burn_in_iterations
+                    burn_in_over = loop.reached(BURN_IN_END, burn_in_iterations, m.burn_in)
                     burn_in_end = t if burn_in_over else None
                 elif not keep_last:
                     if sampled % self.thin == 0:
                         self._keep()
                     sampled += 1
-                context.maybe_snapshot(t, self._estimate, planned)
+                loop.maybe_snapshot(self._estimate)
             if keep_last and t:
                 self._sampler_burst(int(m.last_steps), keep=True)
-            bar.close()
             if t and not bool(torch.isfinite(losses).all() and torch.isfinite(block_sum)):
                 return self._failed(t, losses, {**diagnostics, "iterations": t})
         if not self.kept_models:

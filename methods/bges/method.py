@@ -34,7 +34,6 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from suite.core.context import RunContext
 from suite.core.method import Method, Result
@@ -147,33 +146,31 @@ class BootstrapGES(Method):
             rng = np.random.default_rng(context.seed)
             generator = torch.Generator().manual_seed(context.seed)
         weights = torch.zeros(len(all_models), dtype=torch.float64)
-        total = None if context.budgeted else int(self.num_bootstraps)
-        done = unmatched = 0
+        unmatched = 0
         classes: set[tuple[int, ...]] = set()
-        bar = tqdm(total=total, desc=f"bges {problem.name}", leave=False, disable=not context.progress or None)
         started = time.perf_counter()
 
         def estimate() -> ModelProbs:
             kept = torch.nonzero(weights).flatten()
             return ModelProbs(all_models[kept], weights[kept] / weights.sum())
 
-        with context.timer.phase("sample"):
-            while (done < total) if total is not None else not (context.stop_due(done) and weights.sum() > 0):
+        loop = context.loop(f"bges {problem.name}", planned=int(self.num_bootstraps))
+        with loop, context.timer.phase("sample"):
+            while not loop.finished(ready=bool(weights.sum() > 0)):
                 rows = rng.integers(0, data.shape[0], size=data.shape[0])
                 record = ges(data[rows], score_func="local_score_BIC", parameters={"lambda_value": self.penalty})
                 members = class_members(cpdag_of_ges(record["G"].graph), all_cpdags, all_dags)
-                done += 1
-                bar.update(1)
                 if len(members) == 0:
                     unmatched += 1
+                    loop.advance()  # nothing new to score
                     continue
                 classes.add(tuple(members.tolist()))
                 if self.expansion == "class":
                     weights[members] += 1.0 / len(members)
                 else:
                     weights[members[torch.randint(len(members), (1,), generator=generator)]] += 1.0
-                context.maybe_snapshot(done, estimate, total)
-        bar.close()
+                loop.advance(estimate=estimate)
+        done = loop.iteration
         diagnostics = {
             "bootstraps": done,
             "unmatched": unmatched,

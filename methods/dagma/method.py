@@ -47,6 +47,7 @@ import torch
 from torch import Tensor
 
 from suite.core.context import BudgetTooSmall, RunContext
+from suite.core.loop import RunLoop
 from suite.core.method import Method, Result
 from suite.core.problem import Problem
 from suite.core.registry import register_method
@@ -197,16 +198,18 @@ class DAGMA(Method):
         lambdas = self.lambdas
         fits: list[dict[str, Any]] = []
         estimate = _Estimate(problem, fits, truth, self.selection)
-        sweep = _Sweep(context, estimate, total=len(lambdas) * sum(self.stage_steps))
-        with context.timer.phase("train"), _isolated_global_state(device):
+        # The package runs its own Adam loop: the run's loop is advanced from its progress bar's updates.
+        loop = context.loop(f"dagma {problem.name}", planned=len(lambdas) * sum(self.stage_steps))
+        sweep = _Sweep(loop, estimate)
+        with loop, context.timer.phase("train"), _isolated_global_state(device):
             for position, lambda1 in enumerate(lambdas):
-                plan = self._stage_plan(position) if context.budgeted else None
+                plan = self._stage_plan(position) if loop.budgeted else None
                 try:
                     fits.append(_fit(x, lambda1, self, context, sweep, plan))
                 except _BudgetSpent:
                     break
-                context.snapshot(sweep.iteration, estimate)
-                if plan is not None and position < len(lambdas) - 1 and context.stop_due(sweep.iteration):
+                loop.snapshot(estimate)
+                if plan is not None and position < len(lambdas) - 1 and loop.finished():
                     break
         if not fits:
             raise BudgetTooSmall(
@@ -223,7 +226,7 @@ class DAGMA(Method):
             "chosen_position": chosen,
             "lambdas": lambdas,
             "lambdas_finished": len(fits),
-            "adam_steps": sweep.iteration if context.budgeted else None,
+            "adam_steps": loop.iteration if loop.budgeted else None,
             "edge_counts": [int(fit["graph"].sum()) for fit in fits],
             "bic": scores,
             "graphs": [fit["graph"].to(torch.int64).tolist() for fit in fits],
@@ -241,7 +244,7 @@ class DAGMA(Method):
         except ValueError as error:
             return Result.failed(f"DAGMA's graph is not a model of {problem.name}: {error}", diagnostics=diagnostics)
         model_probs = ModelProbs(index=model, prob=torch.ones(1, dtype=torch.float64))
-        context.snapshot(sweep.iteration, lambda: model_probs)
+        loop.snapshot(lambda: model_probs)
         return Result(
             model_probs=model_probs,
             draws=Draws(model_index=model, theta=torch.zeros(1, problem.dim_max, dtype=torch.float64)),
@@ -304,25 +307,22 @@ class _Estimate:
 
 @dataclass
 class _Sweep:
-    """Counts the Adam steps of the whole sweep, takes the context's snapshots and ends budgeted stages.
+    """Advances the run's loop by the Adam steps of the whole sweep (snapshots included) and ends budgeted stages.
 
     ``update(n)`` is called by the package's progress bar after every step. Without a budget the bar's own
     count is followed (a fit converged early jumps to its planned end); with one, every call is one step.
     """
 
-    context: RunContext
+    loop: RunLoop
     estimate: Callable[[], ModelProbs | None]
-    total: int
-    iteration: int = 0
     #: The milestone ending the budgeted stage in progress (None without a budget).
     stage_end: tuple[str, float] | None = None
 
     def update(self, n: int) -> None:
-        self.iteration += 1 if self.context.budgeted else int(n)
-        self.context.maybe_snapshot(self.iteration, self.estimate, self.total)
+        self.loop.advance(1 if self.loop.budgeted else int(n), self.estimate)
         if self.stage_end is not None:
             name, fraction = self.stage_end
-            if self.context.milestone(name, self.iteration, fraction):
+            if self.loop.reached(name, 0, fraction):
                 raise _StageEnd
 
 
@@ -351,7 +351,7 @@ def _fit(
     model.to(device)
     model.I = model.I.to(device)  # the package keeps its identity matrix outside the module's buffers
     label = f"dagma lambda1={lambda1:.3g}"
-    with _package_progress(nonlinear, label, context.progress, sweep.update):
+    with _package_progress(nonlinear, label, False, sweep.update):  # the run's loop shows the steps
         fitter = nonlinear.DagmaNonlinear(model, dtype=dtype)
         if plan is None:
             weights = fitter.fit(
@@ -426,7 +426,7 @@ def _budgeted_fit(
             finally:
                 sweep.stage_end = None
             mu *= method.mu_factor
-            if stage < len(plan) - 1 and context.stop_due(sweep.iteration):
+            if stage < len(plan) - 1 and sweep.loop.finished():
                 raise _BudgetSpent
     weights = fitter.model.fc1_to_adj()
     weights[np.abs(weights) < method.w_threshold] = 0

@@ -46,7 +46,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from suite.core.context import RunContext
 from suite.core.method import Method, Result
@@ -175,42 +174,35 @@ class DiBS(Method):
             key = jax.random.PRNGKey(context.seed)
 
         chunk = int(self.chunk_steps)
-        total = None if context.budgeted else int(self.num_steps)
         latest: dict[str, Any] = {"steps": 0, "particles": None}
-        bar = tqdm(
-            total=total,
-            desc=f"dibs {problem.name}",
-            leave=False,
-            mininterval=1.0,
-            disable=not context.progress or None,
-        )
 
         def estimate() -> ModelProbs:
             graphs = _graphs(sampler, latest["particles"])
             return self._model_probs(problem, graphs, log_joint, sampler)[0]
 
+        # The package runs its own SVGD loop: the run's loop is advanced from its callback after every chunk.
+        loop = context.loop(f"dibs {problem.name}", planned=int(self.num_steps))
+
         def after_chunk(*, dibs: Any, t: int, zs: Any) -> None:
             zs.block_until_ready()  # JAX dispatches asynchronously: the clock must see the finished chunk
             latest["steps"], latest["particles"] = int(t), zs
-            bar.update(chunk)
-            if bool(np.isfinite(np.asarray(zs)).all()) and bool(is_acyclic(_adjacency(sampler, zs)).any()):
-                context.maybe_snapshot(int(t), estimate, total)
-            if context.budgeted and context.stop_due(int(t)):
+            scorable = bool(np.isfinite(np.asarray(zs)).all()) and bool(is_acyclic(_adjacency(sampler, zs)).any())
+            loop.advance(int(t) - loop.iteration, estimate if scorable else None)
+            if loop.budgeted and loop.finished():
                 raise _BudgetSpent
 
         started = time.perf_counter()
-        with context.timer.phase("sample"):
+        with loop, context.timer.phase("sample"):
             try:
                 sampler.sample(
                     key=key,
                     n_particles=int(self.num_particles),
-                    steps=total if total is not None else 10**12,
+                    steps=10**12 if loop.budgeted else int(self.num_steps),
                     callback=after_chunk,
                     callback_every=chunk,
                 )
             except _BudgetSpent:
                 pass
-        bar.close()
         particles = latest["particles"]
         diagnostics: dict[str, Any] = {
             "steps": latest["steps"],

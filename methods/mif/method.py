@@ -49,10 +49,10 @@ from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from methods.mif.families import GaussianVIP, ModelInformedFlow, VariationalFamily, num_parameters
 from suite.core.context import BudgetTooSmall, RunContext, RunningEstimate
+from suite.core.loop import RunLoop
 from suite.core.method import Method, Result
 from suite.core.problem import Problem
 from suite.core.registry import register_method
@@ -222,41 +222,38 @@ class _PerModelVI(Method):
         skipped_total = undone_total = 0
         steps: list[int] = []
         scored_draws: list[int] = []
-        iteration = 0  # gradient steps and (budgeted) scoring chunks so far, over all learning rates
         running = _RunningEvidence(self.evidence)
-        for index, rate in enumerate(self.learning_rates):
-            with context.timer.phase("train"):
-                family = self._family(problem, active, prior_fn, dtype, generator).to(device)
-                running.start(self._batch(family))
-                curve, skipped, undone, done = self._fit(
-                    family, target, rate, index, iteration, generator, context, running
-                )
-                iteration += done
-                steps.append(done)
-                if done and not context.budgeted:
-                    with torch.no_grad():
-                        elbo, log_z = _elbo(family, target, self.evidence_draws, generator)
-            if done == 0:  # budgeted: this rate's share of the time ended before its first step
-                continue
-            scored = None
-            if context.budgeted:  # the ELBO and the evidence from one sample, as long as the rate's share lasts
-                with context.timer.phase("evidence"), torch.no_grad():
-                    log_w, chunks = self._score(family, target, index, iteration, generator, context)
-                iteration += chunks
-                scored_draws.append(log_w.shape[-1])
-                elbo, scored = _finite_mean(log_w), _evidence_from_log_weights(log_w)
-                log_z = scored[0]
-            skipped_total += skipped
-            undone_total += undone
-            history[f"{rate:g}"] = curve
-            better = elbo > best_elbo
-            best_elbo = torch.where(better, elbo, best_elbo)
-            best_rate = torch.where(better.cpu(), torch.tensor(rate, dtype=torch.float64), best_rate)
-            state = {k: v.detach().clone() for k, v in family.state_dict().items()}
-            best = state if best is None else _merge_rows(best, state, better, len(models))
-            if scored is not None:
-                best_scored = scored if best_scored is None else _where_better(better, scored, best_scored)
-            running.keep_best(better, elbo, log_z)  # later rates' snapshots weigh against the best so far
+        # The loop counts gradient steps and (budgeted) scoring chunks over all learning rates.
+        with context.loop(self.name, planned=int(self.num_iterations) * len(self.learning_rates)) as loop:
+            for index, rate in enumerate(self.learning_rates):
+                with context.timer.phase("train"):
+                    family = self._family(problem, active, prior_fn, dtype, generator).to(device)
+                    running.start(self._batch(family))
+                    curve, skipped, undone, done = self._fit(family, target, rate, index, generator, loop, running)
+                    steps.append(done)
+                    if done and not loop.budgeted:
+                        with torch.no_grad():
+                            elbo, log_z = _elbo(family, target, self.evidence_draws, generator)
+                if done == 0:  # budgeted: this rate's share of the time ended before its first step
+                    continue
+                scored = None
+                if loop.budgeted:  # the ELBO and the evidence from one sample, as long as the rate's share lasts
+                    with context.timer.phase("evidence"), torch.no_grad():
+                        log_w = self._score(family, target, index, generator, loop)
+                    scored_draws.append(log_w.shape[-1])
+                    elbo, scored = _finite_mean(log_w), _evidence_from_log_weights(log_w)
+                    log_z = scored[0]
+                skipped_total += skipped
+                undone_total += undone
+                history[f"{rate:g}"] = curve
+                better = elbo > best_elbo
+                best_elbo = torch.where(better, elbo, best_elbo)
+                best_rate = torch.where(better.cpu(), torch.tensor(rate, dtype=torch.float64), best_rate)
+                state = {k: v.detach().clone() for k, v in family.state_dict().items()}
+                best = state if best is None else _merge_rows(best, state, better, len(models))
+                if scored is not None:
+                    best_scored = scored if best_scored is None else _where_better(better, scored, best_scored)
+                running.keep_best(better, elbo, log_z)  # later rates' snapshots weigh against the best so far
         if best is None:
             raise BudgetTooSmall("the budget ended before the first gradient step of the per-model fits")
         family.load_state_dict(best)
@@ -298,7 +295,7 @@ class _PerModelVI(Method):
         }
         model_probs = ModelProbs.from_dense(probs, probs_se)
         final_elbo = _mixture_elbo(probs, best_elbo)
-        context.snapshot(iteration, lambda: RunningEstimate(model_probs, elbo=final_elbo))
+        loop.snapshot(lambda: RunningEstimate(model_probs, elbo=final_elbo))
         return Result(
             model_probs=model_probs,
             draws=Draws(draws.model_index.cpu(), draws.theta.cpu()),
@@ -317,14 +314,12 @@ class _PerModelVI(Method):
         family: VariationalFamily,
         target: _Target,
         rate_index: int,
-        offset: int,
         generator: torch.Generator,
-        context: RunContext,
-    ) -> tuple[Tensor, int]:
+        loop: RunLoop,
+    ) -> Tensor:
         """Budgeted: log weights [M, n] of fresh draws, in chunks, until this rate's share of the time ends.
 
-        At least one chunk, at most ``evidence_draws`` per model. Returns the weights and the chunks drawn (each
-        counts as an iteration of the run, after ``offset``).
+        At least one chunk, at most ``evidence_draws`` per model; each chunk is an iteration of the run's loop.
         """
         assert self.evidence_draws is not None and self.learning_rates is not None
         chunk = min(self.evidence_draws, max(self._batch(family), SCORING_CHUNK))
@@ -332,17 +327,15 @@ class _PerModelVI(Method):
         values: list[Tensor] = []
         drawn = chunks = 0
         while drawn < self.evidence_draws:
-            iteration = offset + chunks
-            if chunks and (
-                context.stop_due(iteration) or context.milestone(f"scored_lr{rate_index}", iteration, share_end)
-            ):
+            if chunks and (loop.finished() or loop.reached(f"scored_lr{rate_index}", 0, share_end)):
                 break
             num = min(chunk, self.evidence_draws - drawn)
             z, log_q = family.sample(num, generator)
             values.append((target(z) - log_q).to(torch.float64))
             drawn += num
             chunks += 1
-        return torch.cat(values, dim=-1), chunks
+            loop.advance()
+        return torch.cat(values, dim=-1)
 
     def _fit(
         self,
@@ -350,23 +343,22 @@ class _PerModelVI(Method):
         target: _Target,
         rate: float,
         rate_index: int,
-        offset: int,
         generator: torch.Generator,
-        context: RunContext,
+        loop: RunLoop,
         running: _RunningEvidence,
     ) -> tuple[list[float], int, int, int]:
         """Adam on the summed negative ELBOs of all models; returns a thinned loss curve, skipped, undone, taken steps.
 
         Without a budget: ``num_iterations`` steps (a cosine schedule spans them). With one: until the training
         part of this rate's share of the budget is spent (see the module docstring), or the projected steps of a
-        cosine schedule are done. ``offset`` is the run's iterations so far: its count goes on over the rates.
+        cosine schedule are done. The run's loop counts the steps on over the rates.
         """
         assert self.num_iterations is not None and self.learning_rates is not None
         optimiser = torch.optim.Adam(family.parameters(), lr=rate)
         planned = self.num_iterations
         num_rates = len(self.learning_rates)
         batch = self._batch(family)
-        budgeted = context.budgeted
+        budgeted = loop.budgeted
         schedule = None
         if self.schedule == "cosine" and not budgeted:
             schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=planned)
@@ -378,29 +370,26 @@ class _PerModelVI(Method):
         curve: list[float] = []
         skipped = 0
         guard = _StepGuard(family, optimiser) if self.undo_divergent_steps else None
-        label = f"{self.name} lr={rate:g}"
-        bar = tqdm(total=horizon, desc=label, disable=not context.progress or None, leave=False, mininterval=1.0)
         record_every = 1 if budgeted else max(1, planned // 200)
         last = time.perf_counter()
         step = 0
         while True:
             if budgeted:
-                iteration = offset + step
                 if (
                     (horizon is not None and step >= horizon)
-                    or context.stop_due(iteration)
-                    or context.milestone(f"trained_lr{rate_index}", iteration, share_end)
+                    or loop.finished()
+                    or loop.reached(f"trained_lr{rate_index}", 0, share_end)
                 ):
                     break
                 if self.schedule == "cosine":
                     if horizon is None and step >= CALIBRATION_STEPS:
                         if paced is None:
-                            if context.milestone(f"paced_lr{rate_index}", iteration, paced_at):
-                                paced = (step, _budget_used(context, f"paced_projection_lr{rate_index}", iteration))
-                        elif step >= paced[0] + CALIBRATION_STEPS and context.milestone(
-                            f"calibrated_lr{rate_index}", iteration, calibrated_at
+                            if loop.reached(f"paced_lr{rate_index}", 0, paced_at):
+                                paced = (step, _budget_used(loop, f"paced_projection_lr{rate_index}"))
+                        elif step >= paced[0] + CALIBRATION_STEPS and loop.reached(
+                            f"calibrated_lr{rate_index}", 0, calibrated_at
                         ):
-                            used = _budget_used(context, f"projected_lr{rate_index}", iteration)
+                            used = _budget_used(loop, f"projected_lr{rate_index}")
                             pace = (step - paced[0]) / max(used - paced[1], 1e-12)  # steps per budget fraction
                             horizon = step + max(1, int(pace * (share_end - used)))
                     fraction = 0.0 if horizon is None else step / horizon
@@ -430,13 +419,11 @@ class _PerModelVI(Method):
                     schedule.step()
                 if step % record_every == 0:
                     curve.append(float(loss.detach()) / per_model.numel())
-                bar.update(1)
-                if context.progress and time.perf_counter() - last > 1.0:
-                    bar.set_postfix(neg_elbo=f"{float(loss.detach()) / per_model.numel():.4g}")
+                if loop.context.progress and time.perf_counter() - last > 1.0:
+                    loop.show(lr=f"{rate:g}", neg_elbo=f"{float(loss.detach()) / per_model.numel():.4g}")
                     last = time.perf_counter()
             step += 1
-            context.maybe_snapshot(offset + step, running, planned * num_rates)
-        bar.close()
+            loop.advance(estimate=running)
         if budgeted and len(curve) > 200:
             curve = curve[:: len(curve) // 200]
         return curve, skipped, 0 if guard is None else guard.undone, step
@@ -633,9 +620,9 @@ def _log_mean_exp(log_w: Tensor) -> Tensor:
     return torch.logsumexp(log_w, dim=-1) - math.log(log_w.shape[-1])
 
 
-def _budget_used(context: RunContext, name: str, iteration: int) -> float:
-    """The fraction of the time budget used at ``iteration``, as the context's projection (recorded as ``name``)."""
-    return iteration / context.projected_iterations(name, iteration)
+def _budget_used(loop: RunLoop, name: str) -> float:
+    """The fraction of the time budget used so far, as the loop's projection (recorded as ``name``)."""
+    return loop.iteration / loop.projected(name)
 
 
 def _finite_mean(log_w: Tensor) -> Tensor:

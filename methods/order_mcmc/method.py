@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
-from tqdm.auto import tqdm
 
 from methods.order_mcmc.estimator import DAGPosteriorFromOrders
 from methods.order_mcmc.orders import metropolis_step, order_log_score, order_rank, subset_logsumexp
@@ -104,36 +103,17 @@ class OrderMCMC(Method):
 
         total = int(self.num_iterations)
         burn_in = int(self.burn_in_fraction * total)
-        bar = tqdm(
-            total=None if context.budgeted else total,
-            desc=f"order-mcmc {problem.name}",
-            leave=False,
-            mininterval=1.0,
-            disable=not context.progress or None,
-        )
-        iteration = 0
-        sampling = self.burn_in_fraction == 0 if context.budgeted else burn_in == 0
-        with context.timer.phase("sample"):
-            while True:
-                if context.budgeted:
-                    if context.stop_due(iteration) and (sampling and bool((counts > 0).any())):
-                        break
-                elif iteration >= total:
-                    break
+        with context.loop(f"order-mcmc {problem.name}", planned=total) as loop, context.timer.phase("sample"):
+            sampling = self.burn_in_fraction == 0 if loop.budgeted else burn_in == 0
+            while not loop.finished(ready=sampling and bool((counts > 0).any())):
                 orders, log_score, accept = metropolis_step(orders, log_score, log_z, generator)
-                iteration += 1
-                if not sampling:
-                    sampling = (
-                        context.milestone("burn_in_end", iteration, self.burn_in_fraction)
-                        if context.budgeted
-                        else iteration >= burn_in
-                    )
-                else:
+                if sampling:
                     counts += torch.bincount(order_rank(orders), minlength=len(counts))
                     accepted += accept.sum()
-                bar.update(1)
-                context.maybe_snapshot(iteration, estimate, None if context.budgeted else total)
-        bar.close()
+                loop.advance(estimate=estimate)
+                if not sampling:
+                    sampling = loop.reached("burn_in_end", burn_in, self.burn_in_fraction)
+        iteration = loop.iteration
         sampled = int(counts.sum()) // chains
         rate = float(accepted) / max(sampled * chains, 1)
         model_probs = estimate()

@@ -9,7 +9,6 @@ from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from methods.common.chains import ChainState, random_walk_move
 from methods.common.moments import (
@@ -407,22 +406,6 @@ class _Sampler:
         self.trace.append(self.block_accepts.sum(-1).to(self.dtype) / (moves * self.num_chains))
         self.block_accepts.zero_()
 
-    def _burn_in_over(self, iteration: int) -> bool:
-        """Whether burn-in ends at ``iteration``: the preset length, or its fraction of a time budget."""
-        burn_in = self.options.burn_in
-        if not self.context.budgeted or burn_in == 0:
-            return iteration >= burn_in
-        return self.context.milestone("burn_in_end", iteration, self.options.burn_in_fraction)
-
-    def _sampling_over(self, iteration: int, sampled: int) -> bool:
-        """Whether sampling ends after ``sampled`` iterations (``iteration`` in all): the preset length, or the budget.
-
-        A budgeted run stops only after whole thinning intervals, so that it has kept draws once it has sampled.
-        """
-        if not self.context.budgeted:
-            return sampled >= self.options.num_iterations
-        return sampled % self.options.thin == 0 and self.context.stop_due(iteration)
-
     def _state_probs(self, state: ChainState) -> ModelProbs:
         """Model frequencies of the chains' current states (the running estimate before any visit is counted)."""
         return self._sparse_probs(state.model_index[None, :])
@@ -445,8 +428,6 @@ class _Sampler:
             missing = [name for name in needed if name not in context.replay]
             if missing:
                 raise ValueError(f"{options.name}: replayed counts have no {', '.join(map(repr, missing))}")
-        # The planned length; a budgeted run's length comes from the clock.
-        planned = None if budgeted else options.burn_in + options.num_iterations
         with context.timer.phase("setup"):
             state = init_state(problem, self.num_chains, options.aux_scale, self.dtype, self.generator)
             if not bool(torch.isfinite(state.log_joint).any()):
@@ -471,58 +452,52 @@ class _Sampler:
                 count_offset = self.chain_group * problem.num_models
                 ones = torch.ones(self.num_chains, dtype=self.dtype, device=self.device)
 
-        quiet = not context.progress or None
-        bar = tqdm(total=planned, desc=f"rjmcmc {problem.name}", leave=False, mininterval=1.0, disable=quiet)
-        t = 0  # iterations over the whole run, burn-in included
-        with context.timer.phase("train"):  # burn-in with adaptation
-            while not self._burn_in_over(t):
-                state = self._iterate(state, adapting=True)
-                t += 1
-                if t % options.adapt_every == 0:
-                    self._adapt(state)
-                if t % TRACE_BLOCK == 0:
-                    self._close_trace_block(TRACE_BLOCK)
-                    bar.update(TRACE_BLOCK)
-                context.maybe_snapshot(t, partial(self._state_probs, state), planned)
-            burn_in = t
-            self._end_trial()
-            if burn_in % TRACE_BLOCK:
-                self._close_trace_block(burn_in % TRACE_BLOCK)
-                bar.update(burn_in % TRACE_BLOCK)
-        with context.timer.phase("sample"):
-            loop_start = context.clock.elapsed()
-            first_block = len(self.trace)
-            iterations = 0  # after burn-in
-            while not self._sampling_over(t, iterations):
-                state = self._iterate(state, adapting=False)
-                t += 1
-                iterations += 1
-                if counts is not None:
-                    counts.index_add_(0, count_offset + state.model_index, ones)
-                if iterations % kept.thin == 0:
-                    kept.keep(state)
-                if iterations % TRACE_BLOCK == 0:
-                    self._close_trace_block(TRACE_BLOCK)
-                    bar.update(TRACE_BLOCK)
-                context.maybe_snapshot(t, partial(self._visit_probs, counts, kept, state), planned)
-            if iterations == 0:
-                bar.close()
-                raise BudgetTooSmall(
-                    f"the budget was spent in burn-in ({burn_in} iterations), before any iteration after it"
+        with context.loop(f"rjmcmc {problem.name}", planned=options.burn_in + options.num_iterations) as loop:
+            with context.timer.phase("train"):  # burn-in with adaptation
+                while not loop.reached("burn_in_end", options.burn_in, options.burn_in_fraction):
+                    state = self._iterate(state, adapting=True)
+                    done = loop.iteration + 1
+                    if done % options.adapt_every == 0:
+                        self._adapt(state)
+                    if done % TRACE_BLOCK == 0:
+                        self._close_trace_block(TRACE_BLOCK)
+                    loop.advance(estimate=partial(self._state_probs, state))
+                burn_in = loop.iteration
+                self._end_trial()
+                if burn_in % TRACE_BLOCK:
+                    self._close_trace_block(burn_in % TRACE_BLOCK)
+            with context.timer.phase("sample"):
+                loop_start = context.clock.elapsed()
+                first_block = len(self.trace)
+                iterations = 0  # after burn-in
+                # A budgeted run stops only after whole thinning intervals: once it has sampled, it has kept draws.
+                while not loop.finished(ready=iterations % options.thin == 0):
+                    state = self._iterate(state, adapting=False)
+                    iterations += 1
+                    if counts is not None:
+                        counts.index_add_(0, count_offset + state.model_index, ones)
+                    if iterations % kept.thin == 0:
+                        kept.keep(state)
+                    if iterations % TRACE_BLOCK == 0:
+                        self._close_trace_block(TRACE_BLOCK)
+                    loop.advance(estimate=partial(self._visit_probs, counts, kept, state))
+                if iterations == 0:
+                    raise BudgetTooSmall(
+                        f"the budget was spent in burn-in ({burn_in} iterations), before any iteration after it"
+                    )
+                if iterations % TRACE_BLOCK:
+                    self._close_trace_block(iterations % TRACE_BLOCK)
+                loop_seconds = context.clock.elapsed() - loop_start
+                model_probs = self._visit_probs(counts, kept, state)
+                thin_effective = kept.thin
+                kept = Draws(kept.models().flatten(), kept.theta().flatten(0, 1))
+                kept = Draws(
+                    kept.model_index,
+                    torch.where(problem.mask(kept.model_index), kept.theta, torch.zeros_like(kept.theta)),
                 )
-            if iterations % TRACE_BLOCK:
-                self._close_trace_block(iterations % TRACE_BLOCK)
-                bar.update(iterations % TRACE_BLOCK)
-            loop_seconds = context.clock.elapsed() - loop_start
-            bar.close()
-            model_probs = self._visit_probs(counts, kept, state)
-            thin_effective = kept.thin
-            kept = Draws(kept.models().flatten(), kept.theta().flatten(0, 1))
-            kept = Draws(
-                kept.model_index, torch.where(problem.mask(kept.model_index), kept.theta, torch.zeros_like(kept.theta))
-            )
-            log_density = fit_gaussian_per_model(problem, kept, model_probs)
-        context.snapshot(t, lambda: model_probs)
+                log_density = fit_gaussian_per_model(problem, kept, model_probs)
+            loop.snapshot(lambda: model_probs)
+            t = loop.iteration
 
         pick = torch.linspace(0, len(kept) - 1, min(context.num_draws, len(kept)), device=self.device).long()
         chain_steps = iterations * self.num_chains

@@ -48,6 +48,7 @@ from suite.core.types import Draws, ModelProbs
 
 if TYPE_CHECKING:
     from suite.core.context import RunContext
+    from suite.core.loop import RunLoop
 
 TRANSPORTS = ("rq", "affine", "exact", "standard", "lopes-west")
 ESTIMATORS = ("bbe", "visits")
@@ -107,21 +108,26 @@ _SHARED_PROFILES: dict[str, dict[str, Any]] = {
 
 
 class _FitSteps:
-    """The flow training steps (the run's first iterations): ``stop`` for the flows' ``fit``.
+    """The flow training steps, the first iterations of the run's loop: ``stop`` for the flows' ``fit``.
 
     In a budgeted run flow ``part`` of ``parts`` trained one after the other stops at the milestone at
     ``FIT_FRACTION * (part + 1) / parts`` of the budget, the last one at ``FITTED``.
     """
 
-    def __init__(self, context: RunContext) -> None:
-        self.context, self.steps = context, 0
+    def __init__(self, loop: RunLoop) -> None:
+        self.loop = loop
+
+    @property
+    def steps(self) -> int:
+        """Training steps so far."""
+        return self.loop.iteration
 
     def __call__(self, part: int, parts: int) -> bool:
-        self.steps += 1
-        if not self.context.budgeted:
+        self.loop.advance()
+        if not self.loop.budgeted:
             return False
         name = FITTED if part == parts - 1 else f"transport_{part + 1}_of_{parts}_fitted"
-        return self.context.milestone(name, self.steps, FIT_FRACTION * (part + 1) / parts)
+        return self.loop.reached(name, self.loop.iteration, FIT_FRACTION * (part + 1) / parts)
 
 
 @dataclass(frozen=True)
@@ -224,12 +230,16 @@ class _TransportRJ(Method):
             max_hidden=self.flow_hidden,
             num_layers=self.flow_layers,
             generator=generator,
-            progress=context.progress,
+            progress=False,  # the run's loop shows the steps
             stop=steps,
         )
 
     def run(self, problem: Problem, context: RunContext) -> Result:
         """Learn transports from training draws, run the chains, estimate q(m)."""
+        with context.loop(f"{self.name} {problem.name}") as loop:
+            return self._run(problem, context, loop)
+
+    def _run(self, problem: Problem, context: RunContext, loop: RunLoop) -> Result:
         dtype, device = context.dtype, context.device
         timer = context.timer
         generator = torch.Generator(device=device).manual_seed(context.seed)
@@ -241,9 +251,10 @@ class _TransportRJ(Method):
                 return Result.failed("the problem provides no training draws")
             train = Draws(train.model_index.to(device), train.theta.to(device, dtype))
             counts = torch.bincount(train.model_index, minlength=k)
-        steps = _FitSteps(context)
+        steps = _FitSteps(loop)
         with timer.phase("train"):
             transport, fit_info = self._fit(problem, train, generator, context, steps)
+            fit_steps = steps.steps
             rw_chol = random_walk_factors(problem, (train.model_index, train.theta), dtype)
         with timer.phase("sample"), torch.no_grad():
             start = torch.randint(len(train), (self.num_chains,), generator=cpu_generator).to(device)
@@ -264,10 +275,8 @@ class _TransportRJ(Method):
                 thin=self.thin,
                 within_moves=self.within_moves,
                 generator=generator,
-                progress=context.progress,
+                loop=loop,
                 refresh_auxiliaries=self.refresh_auxiliaries,
-                context=context,
-                first_iteration=steps.steps,
                 estimator=self.estimator,
                 kept_capacity=max(
                     self.num_iterations // self.thin, math.ceil(KEPT_DRAWS_FACTOR * context.num_draws / self.num_chains)
@@ -283,7 +292,7 @@ class _TransportRJ(Method):
             model_probs, unreached = self._model_probs(chains, self.estimator)
             log_q_m = model_probs.dense(k).clamp_min(0).log().to(device, dtype)
             log_density = self._log_density(problem, transport, log_q_m)
-        context.snapshot(steps.steps + chains.iterations, lambda: model_probs)
+        loop.snapshot(lambda: model_probs)
         if context.budgeted and chains.running["iteration"][-1:] != [chains.sampled]:  # end the running estimate
             chains.running["iteration"].append(chains.sampled)
             chains.running["prob"].append(model_probs.dense(k).tolist() if k <= 64 else None)
@@ -304,7 +313,7 @@ class _TransportRJ(Method):
             "visit_frequencies": visits.tolist() if k <= 64 else None,
             "training_draws_per_model": counts.tolist() if k <= 64 else None,
             "running_estimate": chains.running,
-            "flow_training_steps": steps.steps,
+            "flow_training_steps": fit_steps,
             "burn_in_iterations": chains.iterations - chains.sampled,
             "sampling_iterations": chains.sampled,
             **fit_info,

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from methods.common.chains import ChainState, random_walk_move
 from methods.common.moments import grouped_moments, safe_cholesky, shrunk_covariances
@@ -38,6 +37,7 @@ from suite.core.types import ModelProbs
 
 if TYPE_CHECKING:
     from suite.core.context import RunContext
+    from suite.core.loop import RunLoop
 
 #: (state, proposed models, log jump ratios, generator) -> (new state, accept flags, proposal record).
 JumpFn = Callable[[ChainState, Tensor, Tensor, torch.Generator], tuple[ChainState, Tensor, JumpRecord]]
@@ -239,22 +239,20 @@ def run_chains(
     thin: int,
     within_moves: int,
     generator: torch.Generator,
-    progress: bool,
+    loop: RunLoop,
     refresh_auxiliaries: bool = False,
-    context: RunContext | None = None,
-    first_iteration: int = 0,
     estimator: str = "bbe",
     kept_capacity: int | None = None,
 ) -> ChainRun:
     """Run the chains; proposals after burn-in feed the bridge statistics and visit counts.
 
-    With a ``context``, snapshots of the running estimate (``estimator``, see :func:`bridge_model_probs`) are
-    taken at the run's iterations ``first_iteration`` (work done before sampling, e.g. flow training steps) plus
-    the sampler's own. Without a time budget the run makes ``burn_in`` + ``iterations`` iterations. With one
-    (``context.budgeted``) it burns in until the ``burn_in`` milestone, which falls after the preset's share
-    ``burn_in / (burn_in + iterations)`` of the budget left when sampling starts, then samples until the budget
-    is spent, keeping at most ``kept_capacity`` thinned rows (default ``iterations // thin``); it raises
-    :class:`BudgetTooSmall` when the budget runs out before the first iteration after burn-in.
+    The chains run in the run's ``loop``, whose iterations so far (flow training steps) the sampler's own
+    continue; it takes snapshots of the running estimate (``estimator``, see :func:`bridge_model_probs`).
+    Without a time budget the run makes ``burn_in`` + ``iterations`` iterations. With one it burns in until the
+    ``burn_in`` milestone, which falls after the preset's share ``burn_in / (burn_in + iterations)`` of the
+    budget left when sampling starts, then samples until the budget is spent, keeping at most ``kept_capacity``
+    thinned rows (default ``iterations // thin``); it raises :class:`BudgetTooSmall` when the budget runs out
+    before the first iteration after burn-in.
     """
     num_chains = state.model_index.numel()
     device, dtype = state.theta.device, state.theta.dtype
@@ -264,7 +262,7 @@ def run_chains(
     stats = GroupedPairStatistics.zeros(groups, k, device)
     visits = torch.zeros(k, dtype=torch.float64, device=device)
     ones = torch.ones(num_chains, dtype=torch.float64, device=device)
-    budgeted = context is not None and context.budgeted
+    budgeted = loop.budgeted
     kept = KeptDraws(
         kept_capacity if budgeted and kept_capacity is not None else max(iterations // thin, 1), thin, state
     )
@@ -274,11 +272,13 @@ def run_chains(
     if budgeted:  # the running estimate is stored at the snapshots instead
         checkpoints: set[int] = set()
         share = burn_in / (burn_in + iterations) if burn_in + iterations > 0 else 0.0
-        spent = _fraction_spent(context)
+        spent = _fraction_spent(loop.context)
         burn_in_fraction = min(1.0, max(spent + share * (1 - spent), 1e-9))
     else:
         checkpoints = set(torch.linspace(1, iterations, min(RUNNING_POINTS, iterations)).round().long().tolist())
-    total = None if budgeted else first_iteration + burn_in + iterations
+        burn_in_fraction = 1.0  # unused: without a budget burn-in ends after its preset length
+    first_iteration = loop.iteration
+    loop.plan(first_iteration + burn_in + iterations)
     running: dict[str, list] = {"iteration": [], "prob": []}
     sampled = 0
 
@@ -292,25 +292,9 @@ def run_chains(
             running["prob"].append(probs.dense(k).tolist() if k <= 64 else None)
         return probs
 
-    bar = tqdm(
-        total=None if budgeted else burn_in + iterations,
-        desc=f"trj {problem.name}",
-        leave=False,
-        mininterval=1.0,
-        disable=not progress or None,
-    )
     sampling_seconds = 0.0
-    t = 0
-    while True:
-        if budgeted:
-            assert context is not None
-            if context.stop_due(first_iteration + t):
-                break
-            sampling = sampled > 0 or context.milestone(BURN_IN, first_iteration + t, burn_in_fraction)
-        else:
-            if t >= burn_in + iterations:
-                break
-            sampling = t >= burn_in
+    while not loop.finished():
+        sampling = sampled > 0 or loop.reached(BURN_IN, first_iteration + burn_in, burn_in_fraction)
         start = time.perf_counter()
         if refresh_auxiliaries:  # Gibbs update of the auxiliary variables of the saturated target (CTRJ)
             fresh = torch.randn(state.theta.shape, generator=generator, dtype=dtype, device=device)
@@ -336,11 +320,8 @@ def run_chains(
             if sampled in checkpoints:
                 running["iteration"].append(sampled)
                 running["prob"].append(stats.total().graph_model_probs()[0].tolist() if k <= 64 else None)
-        t += 1
-        bar.update(1)
-        if context is not None:
-            context.maybe_snapshot(first_iteration + t, running_estimate, total)
-    bar.close()
+        loop.advance(estimate=running_estimate)
+    t = loop.iteration - first_iteration
     if sampled == 0:
         raise BudgetTooSmall(f"the budget ran out after {t} sampler iterations, before any after burn-in")
     n_between = float(proposed_between)

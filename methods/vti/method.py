@@ -36,6 +36,7 @@ from methods.vti.made_plus import DiscreteVectorSpace, MADEPlusSampler, default_
 from methods.vti.model_samplers import CategoricalSampler, MADEBinarySampler, ModelSampler, SurrogateSampler
 from methods.vti.training import EXPLODED_LOSS, DivergenceError, RunLink, Trainer, TrainSettings, elbo_terms, train
 from suite.core.context import BudgetTooSmall, RunContext, RunningEstimate
+from suite.core.loop import RunLoop
 from suite.core.method import Method, Result
 from suite.core.model_space import BinarySpace
 from suite.core.problem import Problem
@@ -258,18 +259,20 @@ class _VTIMethod(Method):
                     probs = _listed_model_probs(sampler, models)
             return RunningEstimate(probs, elbo())
 
-        for replicate in range(len(progress.finished), int(self.replicates)):
-            if context.budgeted and context.stop_due(progress.iterations_done):
-                break
-            outcome = self._train(problem, context, replicate, progress, estimate)
-            if isinstance(outcome, DivergenceError):
-                progress.finish(replicate, None, str(outcome), outcome.iteration)
-            else:
-                progress.finish(replicate, outcome.terminal_loss, None, outcome.iterations)
-                if outcome.iterations > 0 and (chosen is None or outcome.terminal_loss < chosen.terminal_loss):
-                    chosen = outcome
-            if replicate + 1 < int(self.replicates):
-                progress.save(chosen, None)
+        loop = context.loop(f"{self.name} {problem.name}", start=progress.iterations_done)
+        with loop:
+            for replicate in range(len(progress.finished), int(self.replicates)):
+                if loop.budgeted and loop.finished():
+                    break
+                outcome = self._train(problem, context, loop, replicate, progress, estimate)
+                if isinstance(outcome, DivergenceError):
+                    progress.finish(replicate, None, str(outcome), outcome.iteration)
+                else:
+                    progress.finish(replicate, outcome.terminal_loss, None, outcome.iterations)
+                    if outcome.iterations > 0 and (chosen is None or outcome.terminal_loss < chosen.terminal_loss):
+                        chosen = outcome
+                if replicate + 1 < int(self.replicates):
+                    progress.save(chosen, None)
         terminal_losses = [item[0] for item in progress.finished]
         failures = [item[1] for item in progress.finished if item[1] is not None]
         if chosen is None:
@@ -360,6 +363,7 @@ class _VTIMethod(Method):
         self,
         problem: Problem,
         context: RunContext,
+        loop: RunLoop,
         replicate: int,
         progress: _Progress,
         estimate: Callable[[Trainer], RunningEstimate],
@@ -369,14 +373,8 @@ class _VTIMethod(Method):
         resume = progress.take_current(replicate)
         start = 0 if resume is None else int(resume["next_iteration"])
         offset = progress.iterations_done
-        link = RunLink(
-            context,
-            estimate,
-            offset=offset,
-            planned=offset + (int(self.replicates) - replicate) * int(self.num_iterations),
-            part=replicate,
-            parts=int(self.replicates),
-        )
+        loop.plan(offset + (int(self.replicates) - replicate) * int(self.num_iterations))
+        link = RunLink(loop, estimate, offset=offset, part=replicate, parts=int(self.replicates))
 
         def save(trainer_state: dict[str, Any]) -> None:
             progress.save(None, (replicate, trainer_state))
@@ -390,12 +388,10 @@ class _VTIMethod(Method):
                     built.context_of,
                     self.train_settings(),
                     built.generator,
-                    context.progress,
-                    self.name,
+                    link,
                     resume=resume,
                     save=save if progress.slot else None,
                     save_every_s=progress.slot.every_s if progress.slot else math.inf,
-                    link=link,
                 )
         except DivergenceError as err:
             progress.count_iterations(err.iteration - start, failed_at=err.iteration)

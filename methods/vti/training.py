@@ -1,26 +1,24 @@
 """The VTI training loop shared by both model samplers (VTI Sec. 3, eqs. 9-11; the code reference's ``step``).
 
-**Time budgets.** In a budgeted run (:attr:`suite.core.context.RunContext.budgeted`) a training runs until the run
-context says stop (:class:`RunLink`). Its learning-rate schedule and the model sampler's warm-up are those of the
-preset stretched over a horizon: the iterations the budget is projected to allow, measured once the first
-``CALIBRATION_FRACTION`` of the training's share of the budget is spent. The preset's schedule at iteration ``t``
-of ``num_iterations`` becomes the budgeted one at iteration ``t * horizon / num_iterations`` (cosine restarts,
-decay and warm-up alike: the warm-up keeps the preset's fraction ``warmup_iterations / num_iterations``). Until
-the horizon is known the schedule stays at its starting value (the base learning rate, the model sampler frozen
-when there is a warm-up).
+**Time budgets.** A training runs in the run's loop (:mod:`suite.core.loop`, through :class:`RunLink`); in a
+budgeted run it runs until the loop says stop. Its learning-rate schedule and the model sampler's warm-up are
+those of the preset stretched over a horizon: the iterations the budget is projected to allow, measured once the
+first ``CALIBRATION_FRACTION`` of the training's share of the budget is spent. The preset's schedule at
+iteration ``t`` of ``num_iterations`` becomes the budgeted one at iteration ``t * horizon / num_iterations``
+(cosine restarts, decay and warm-up alike: the warm-up keeps the preset's fraction ``warmup_iterations /
+num_iterations``). Until the horizon is known the schedule stays at its starting value (the base learning rate,
+the model sampler frozen when there is a warm-up).
 """
 
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from methods.common.flat_parameters import FlatParameters
 from methods.vti.balance import ModelLossBalance
@@ -29,7 +27,8 @@ from methods.vti.model_samplers import ModelSampler
 from suite.core.problem import Problem
 
 if TYPE_CHECKING:
-    from suite.core.context import RunContext, RunningEstimate
+    from suite.core.context import RunningEstimate
+    from suite.core.loop import RunLoop
 
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 #: Consecutive iterations without a usable loss or gradient after which the run is declared diverged.
@@ -287,51 +286,43 @@ class Trainer:
 
 @dataclass
 class RunLink:
-    """How one training reports to the run context: its place in the run's iteration count, its share of a
-    time budget, and the running estimate a snapshot takes.
+    """How one training runs in the run's loop: its place in the run's iterations, its share of a time budget,
+    and the running estimate a snapshot takes.
 
-    ``offset`` is the run's iterations before this training (earlier replicates); ``planned`` the whole run's
-    planned iterations (runs without a budget place their snapshots by it). In a budgeted run the training is
-    ``part`` of ``parts`` equal shares of the budget (replicates): it ends at the end of its share (the last at
+    ``offset`` is the run's iterations before this training (earlier replicates). In a budgeted run the training
+    is ``part`` of ``parts`` equal shares of the budget (replicates): it ends at the end of its share (the last at
     the budget's end) and calibrates its horizon over the first ``CALIBRATION_FRACTION`` of the share.
     """
 
-    context: RunContext
+    loop: RunLoop
     estimate: Callable[[Trainer], RunningEstimate | None]
     offset: int = 0
-    planned: int | None = None
     part: int = 0
     parts: int = 1
 
     @property
     def budgeted(self) -> bool:
         """Whether the run's length is set by a time budget."""
-        return self.context.budgeted
+        return self.loop.budgeted
 
     def _name(self, base: str) -> str:
         return base if self.part == 0 else f"{base}_{self.part}"
 
-    def stop(self, iteration: int) -> bool:
-        """Whether the training ends before its (0-based) ``iteration`` (budgeted runs: the budget or share spent)."""
-        done = self.offset + iteration
-        if self.context.stop_due(done):
+    def stop(self) -> bool:
+        """Whether the training ends before its next iteration (budgeted runs: the budget or its share spent)."""
+        if self.loop.finished():
             return True
         last = self.part + 1 >= self.parts
-        return not last and self.context.milestone(self._name("replicate_end"), done, (self.part + 1) / self.parts)
+        return not last and self.loop.reached(self._name("replicate_end"), 0, (self.part + 1) / self.parts)
 
     def horizon(self, iteration: int) -> int | None:
         """This training's horizon once its pace is calibrated after ``iteration`` iterations (None before)."""
         if iteration < CALIBRATION_ITERATIONS:
             return None
-        done = self.offset + iteration
-        if not self.context.milestone(self._name("calibration"), done, (self.part + CALIBRATION_FRACTION) / self.parts):
+        if not self.loop.reached(self._name("calibration"), 0, (self.part + CALIBRATION_FRACTION) / self.parts):
             return None
-        projected = self.context.projected_iterations(self._name("horizon"), done)
+        projected = self.loop.projected(self._name("horizon"))
         return max(1, (projected - self.offset) // (self.parts - self.part))
-
-    def snapshot(self, iteration: int, trainer: Trainer) -> None:
-        """A running estimate if one is due after ``iteration`` iterations of this training."""
-        self.context.maybe_snapshot(self.offset + iteration, lambda: self.estimate(trainer), self.planned)
 
 
 def train(
@@ -341,12 +332,10 @@ def train(
     context_of: Callable[[Tensor], Tensor],
     s: TrainSettings,
     generator: torch.Generator,
-    progress: bool = False,
-    label: str = "vti",
+    link: RunLink,
     resume: dict[str, Any] | None = None,
     save: Callable[[dict[str, Any]], None] | None = None,
     save_every_s: float = math.inf,
-    link: RunLink | None = None,
 ) -> Trainer:
     """Optimise the flow and the model sampler jointly; returns the trainer (its ``trace``: per-iteration traces).
 
@@ -358,8 +347,8 @@ def train(
     and the score-function sampler abandons them just as fast. This warm-up is
     our addition; ``warmup_iterations=0`` reproduces the authors' loop.
 
-    With ``link`` the training takes the run context's snapshots after each iteration and, in a budgeted run,
-    runs until the context says stop, its schedules stretched over the projected horizon (module doc); without a
+    The training runs in ``link``'s loop, which takes the run's snapshots after each iteration; in a budgeted run
+    it runs until the loop says stop, its schedules stretched over the projected horizon (module doc); without a
     budget it runs ``num_iterations``. ``trainer.iteration`` is the number of iterations done at the end.
 
     With ``save``, the trainer's :meth:`Trainer.state_dict` is handed to it
@@ -371,29 +360,25 @@ def train(
     loss stays above ``EXPLODED_LOSS``, for ``MAX_BAD_ITERATIONS`` iterations
     in a row, or when the flow's parameters stop being finite.
     """
-    budgeted = link is not None and link.budgeted
+    budgeted = link.budgeted
     trainer = Trainer(problem, flow, sampler, context_of, s, generator, budgeted=budgeted)
     start = 0 if resume is None else trainer.load_state_dict(resume)
-    total = None if budgeted else s.num_iterations
-    bar = tqdm(total=total, initial=start, desc=label, disable=not progress or None, leave=False, mininterval=1.0)
-    last_save = time.monotonic()
+    loop = link.loop
+    loop.advance(start)  # a resumed training: the iterations its interrupted attempt made
     iteration = start
-    while not (link.stop(iteration) if budgeted else iteration >= s.num_iterations):
+    while not (link.stop() if budgeted else iteration >= s.num_iterations):
         loss = trainer.step(iteration)
         if iteration % 50 == 0:
-            bar.set_postfix(loss=f"{loss:.4g}", refresh=False)
+            loop.show(loss=f"{loss:.4g}")
         iteration += 1
-        bar.update(1)
+        loop.advance()
         if budgeted and trainer.horizon is None:
             horizon = link.horizon(iteration)
             if horizon is not None:
                 trainer.set_horizon(horizon)
-        if link is not None:
-            link.snapshot(iteration, trainer)
-        if save is not None and time.monotonic() - last_save >= save_every_s and (budgeted or iteration < total):
+        loop.maybe_snapshot(lambda: link.estimate(trainer))
+        if save is not None and (budgeted or iteration < s.num_iterations) and loop.checkpoint_due(save_every_s):
             save(trainer.state_dict(iteration))
-            last_save = time.monotonic()
-    bar.close()
     trainer.iteration = iteration
     if not bool(torch.isfinite(trainer.flat.vector).all()):
         raise DivergenceError(iteration, "flow parameters are not finite")

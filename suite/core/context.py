@@ -1,34 +1,22 @@
 """The run context: everything about one run that is not a method option, and the run's clock, budget and trace.
 
-:meth:`suite.core.method.Method.run` receives the problem and a :class:`RunContext`. The context carries the seed,
-device, dtype, profile, number of draws to return, whether to show progress bars, the phase timer, the checkpoint
-slot, the time budget and the trace of running estimates. Methods talk to it through a few calls:
+:meth:`suite.core.method.Method.run` receives the problem and a :class:`RunContext`: the seed, device, dtype,
+profile, number of draws to return, whether to show progress bars, the phase timer (``context.timer.phase``), the
+checkpoint slot, the time budget and the trace of running estimates. A method runs its steps in
+``context.loop(...)`` (:mod:`suite.core.loop`), which makes the clock's calls for it: ``stop_due`` (the budget is
+spent), ``milestone`` (a fraction of it is), ``projected_iterations`` (the iterations the budget allows at the pace
+so far) and ``maybe_snapshot`` / ``snapshot`` (a running estimate, made with the clock paused). They stay public
+for a loop a package runs itself.
 
-- ``context.timer.phase(name)`` times a phase (setup, train, sample), as :class:`suite.run.harness.PhaseTimer`;
-- ``context.maybe_snapshot(iteration, estimate_fn, total_iterations)`` records a running estimate at the
-  geometrically spaced points of the run (``estimate_fn`` is called only when one is due, with the clock paused,
-  so its cost never counts as the method's compute);
-- ``context.stop_due(iteration)`` says when a time budget is spent; ``context.milestone(name, iteration,
-  fraction)`` when a fraction of it is (end of burn-in, for example); ``context.projected_iterations(name,
-  iteration)`` how many iterations the whole budget allows at the pace so far (to stretch a schedule over it).
+**Iterations and replays.** ``iteration`` is the method's count of work over the whole run. Every clock decision
+(a snapshot, a milestone, a projected length, the stop) is recorded in :attr:`RunContext.counts` as the iteration
+at which it was made; a run given those counts (``replay``) makes the same decisions without reading the clock,
+so a timed run is reproduced bitwise on any machine.
 
-**Iterations.** ``iteration`` is the method's own count of work done, increasing over the whole run (a method
-with several phases keeps counting across them). Every decision the clock makes (a snapshot, the end of
-burn-in, a projected length, the stop) is recorded in :attr:`RunContext.counts` as the iteration at which it
-was made. A run given those counts (``replay``) makes the same decisions at the same iterations without
-reading the clock, so a timed run is reproduced bitwise on any machine (``run_all.py --replay-counts``).
-
-**The compute clock** (:class:`ComputeClock`) starts when the run starts and leaves out the seconds spent in
-snapshots, up to a free share of the method's own compute; a run resumed from a checkpoint adds the seconds its
-earlier attempts spent.
-
-**The budget rules** (their numbers are in :mod:`suite.core.budget`). (1) Snapshots are free up to 5% of the
-method's compute so far; paused seconds beyond that share count on the clock the moment the snapshot ends, so a
-method whose ``estimate_fn`` does heavy work is stopped sooner by :meth:`RunContext.stop_due` instead of getting
-that work for free. (2) Everything inside ``Method.run`` after the stop (a density fit, the final sampling) counts
-on the clock. (3) A run whose clock at the end passes its budget by more than 10% of the budget (at least half a
-second: one iteration on small budgets) is *over budget*: its record says so (``budget.over_budget``), and the
-leaderboards mark it, never star it, and score it at the budget only by the running estimates it took by then.
+**The compute clock** (:class:`ComputeClock`) starts with the run and leaves out the seconds spent in snapshots,
+up to a free share of the method's compute; a resumed run adds its earlier attempts' seconds. The budget rules
+(free snapshot share, work after the stop, the over-budget mark) and their numbers: :mod:`suite.core.budget` and
+docs/equal-compute.md, "The budget rules".
 """
 
 from __future__ import annotations
@@ -45,6 +33,7 @@ import torch
 from suite.core.budget import FREE_SNAPSHOT_SHARE, check_time_budget
 from suite.core.checkpoint import CheckpointSlot
 from suite.core.device import synchronize
+from suite.core.loop import RunLoop
 from suite.core.types import Draws, ModelProbs
 
 #: Points of a run's trace: geometrically spaced from ``FIRST_POINT`` of the run to its end.
@@ -186,6 +175,10 @@ class RunContext:
         self._loop_start: tuple[float, int] | None = None
         if self.replay is not None:
             self._replay_snapshots = [int(i) for i in self.replay.get(SNAPSHOTS, [])]
+
+    def loop(self, label: str, planned: int | None = None, start: int = 0) -> RunLoop:
+        """The run's loop (:mod:`suite.core.loop`): ``planned`` iterations without a budget, from ``start``."""
+        return RunLoop(self, label, planned, start)
 
     # ----------------------------------------------------------------- budget
     @property

@@ -1,8 +1,8 @@
 """``example-is``: importance sampling, then a Gaussian per model fitted to the weighted draws.
 
 The Method contract in one small class: options as dataclass fields with presets per profile, ``finalise``
-checking them, ``supports``, a loop that honours a time budget (``context.stop_due``), running estimates
-(``context.maybe_snapshot``, ``context.snapshot``), phase timings, and a ``Result`` with q(m), draws, and a
+checking them, ``supports``, steps run in the run's loop (``context.loop``: the time budget, running estimates
+and the progress bar), phase timings, and a ``Result`` with q(m), draws, and a
 density q(m, theta_m) it can also sample afresh (``log_density``, ``sample_q``: cross-entropy and -ELBO).
 """
 
@@ -58,10 +58,8 @@ class ExampleImportanceSampler(Method):
         """Sample, weigh and fit until the budget (or the profile's iteration count) is spent."""
         generator = torch.Generator(context.device).manual_seed(context.seed)
         fit = WeightedFit(problem.num_models, problem.dim_max, context.device)
-        iteration = 0
-        with context.timer.phase("train"):
-            while (not context.stop_due(iteration)) if context.budgeted else iteration < self.num_iterations:
-                iteration += 1
+        with context.loop("example-is", planned=self.num_iterations) as loop, context.timer.phase("train"):
+            while not loop.finished():
                 model_index = problem.model_space.sample_uniform(self.batch_size, generator).to(context.device)
                 mask = problem.mask(model_index)
                 z = torch.randn(mask.shape, generator=generator, dtype=context.dtype, device=context.device)
@@ -69,11 +67,11 @@ class ExampleImportanceSampler(Method):
                 log_proposal = (mask * (-0.5 * z * z - math.log(self.scale) - LOG_SQRT_2PI)).sum(-1)
                 fit.add(model_index, theta, (problem.log_joint(model_index, theta) - log_proposal).double())
                 # The estimate is made only when a snapshot is due, with the clock paused.
-                context.maybe_snapshot(iteration, fit.model_probs, self.num_iterations)
+                loop.advance(estimate=fit.model_probs)
         probs = fit.model_probs()
         if probs is None:
             raise BudgetTooSmall("no batch finished within the time budget")
-        context.snapshot(iteration, lambda: probs)  # the trace ends at the result
+        loop.snapshot(lambda: probs)  # the trace ends at the result
         density = fit.density(problem, self.scale)
         with context.timer.phase("sample"):
             draws = density.sample(context.num_draws, generator)
@@ -82,7 +80,7 @@ class ExampleImportanceSampler(Method):
             draws=draws,
             log_density=density.log_density,
             sample_q=density.sample,
-            diagnostics={"iterations": iteration, "proposal_scale": self.scale},
+            diagnostics={"iterations": loop.iteration, "proposal_scale": self.scale},
         )
 
 
