@@ -1,33 +1,22 @@
 """Non-linear DAGMA: a frequentist point estimate of a DAG, the structure-learning baseline of VTI sec. 5.2.
 
-DAGMA (Bello, Aragam and Ravikumar 2022, "DAGMA: Learning DAGs via M-matrices
-and a Log-Determinant Acyclicity Characterization", NeurIPS) fits one MLP per
-node under an L1 penalty ``lambda1`` and the log-det acyclicity constraint, and
-thresholds the induced edge strengths into a graph. This method calls the
-reference implementation, the ``dagma`` package (``dagma.nonlinear.DagmaMLP`` /
-``DagmaNonlinear``), once per ``lambda1`` of a sweep and keeps one graph; the
-``Result`` is that single graph as a point mass (``metrics_scope="task"``: it
-is scored only on the problem's DAG metrics).
+DAGMA (Bello, Aragam and Ravikumar 2022, NeurIPS) fits one MLP per node under an L1 penalty ``lambda1`` and the
+log-det acyclicity constraint, and thresholds the induced edge strengths into a graph. This method calls the
+reference implementation, the ``dagma`` package (``dagma.nonlinear.DagmaMLP`` / ``DagmaNonlinear``), once per
+``lambda1`` of a sweep and keeps one graph; the ``Result`` is that single graph as a point mass
+(``metrics_scope="task"``: it is scored only on the problem's DAG metrics). Settings follow VTI App. F.3/F.5 (hidden
+width 10, ``w_threshold`` 0.1, ``lambda1`` over 10 log-spaced values in [1e-3, 1]; ``bias=False``, the paper's).
 
-Settings follow VTI (Davies et al., "Amortized variational transdimensional
-inference") App. F.3/F.5 and the spec's section (f): hidden width 10,
-``w_threshold`` 0.1, ``lambda1`` over 10 log-spaced values in [1e-3, 1], the
-package's optimiser defaults in the ``paper`` profile. The paper says "no bias
-term" while the authors' code builds ``DagmaMLP(bias=True)``; the default here
-is the paper's (``bias=False``).
+**Running estimate.** The graph the selection rule picks among the lambdas finished so far (a point mass); none
+before the first lambda finishes. A snapshot is taken after every lambda, and at the context's geometric points in
+between (the iteration is the count of Adam steps over the whole sweep).
 
-**Running estimate.** The graph the selection rule picks among the lambdas finished so far (a point mass);
-none before the first lambda finishes. A snapshot is taken after every lambda, and at the context's geometric
-points in between (the iteration is the count of Adam steps over the whole sweep).
-
-**Time budget.** The lambdas share the budget equally: lambda ``i`` runs from ``i/n`` to ``(i+1)/n`` of it,
-and its central-path stages split that share in the profile's proportions (``warm_iter`` for each stage but
-the last, ``max_iter`` for the last); a stage ends at its milestone (``lambda_{i}_stage_{t}``, the last one
-``lambda_{i}``) or earlier when the package's optimiser converges. The package's own stage loop
-(``DagmaNonlinear.fit``) is followed step for step, with the stage lengths set by the milestones instead of
-the profile's iteration counts. When the whole budget is spent at the end of a stage (a budget too small for
-one step per stage), the sweep stops and the graph is chosen among the lambdas finished; if none finished,
-:class:`suite.core.context.BudgetTooSmall` is raised.
+**Time budget.** The lambdas share the budget equally, and the central-path stages of one lambda split its share in
+the profile's proportions, each ending at its milestone or earlier when the package's optimiser converges (the
+package's own stage loop, ``DagmaNonlinear.fit``, step for step). When the whole budget is spent the sweep stops and
+the graph is chosen among the lambdas finished; if none finished, :class:`suite.core.context.BudgetTooSmall` is
+raised.
+Details: docs/methods.md, "DAGMA (`methods/dagma/method.py`)".
 """
 
 from __future__ import annotations

@@ -8,32 +8,15 @@ evaluated on hard graphs. The final graphs are the particles' alpha -> infinity 
 u_i . v_j > 0); cyclic ones are dropped and counted (``diagnostics["cyclic_particles"]``), and a run whose
 particles are all cyclic fails.
 
-**Target** (``target``):
-
-* ``"problem"`` (default): the problem's own posterior, log p(G) + log p(D | G) from its per-node score table
-  (:class:`suite.graphs.dag.DecomposableScore`), with no separate soft-graph prior. On ``linear-dag-bge*`` the table is
-  the BGe marginal likelihood (alpha_mu = 1, alpha_w = d + 2) plus the problem's graph prior; the library's own
-  ``dibs.models.BGe`` agrees with it on all 29,281 DAGs up to one constant (spread 8e-4 nats, float32; the test
-  ``test_library_bge_matches_the_problem``), so DiBS samples exactly the posterior it is scored against.
-* ``"library"``: what the DiBS library does out of the box: ``dibs.models.BGe`` on the problem's data plus its
-  soft graph prior, ``ErdosReniDAGDistribution`` or ``ScaleFreeDAGDistribution`` by the problem's
-  ``graph_type`` (ER unless "sf"), one expected edge per node. On ER its Binomial prior (log(1 - p)) differs
-  from the BayesDAG benchmark's (log1p(p), see ``problems.linear_dag_bge``), so this target is not the scored one.
-
-**q(G)** (``weighting``): ``"empirical"`` (default, DiBS) counts the acyclic particles' graphs; ``"mixture"``
-(DiBS+) weights each distinct graph by its unnormalised posterior (the problem's score table, or under
-``target="library"`` the library's ``get_mixture``: its marginal likelihood alone).
-
-**Settings** (BayesDAG App. D, "DIBS" and Table 4, linear d = 5): 20 particles, Gumbel-softmax temperature
-``tau`` 0.1, 10,000 steps (the paper profile), RMSprop with learning rate 0.01, ``alpha_linear`` 0.02 (shorter
-profiles scale it up so that alpha ends at the same 200), kernel
-bandwidth ``kernel_h`` 5 (ER) and 15 (SF); beta_linear 1, 128 gradient and 32 acyclicity samples are the library's
-defaults. BayesDAG ran Joint DiBS with noise variances; the linear-Gaussian BGe problems integrate every
-parameter out, so the marginal variant is the like-for-like one (as issue 33 asks).
+``target="problem"`` (default): the problem's own posterior from its per-node score table
+(:class:`suite.graphs.dag.DecomposableScore`), so DiBS samples exactly the posterior it is scored against;
+``target="library"``: the library's ``dibs.models.BGe`` and soft graph prior out of the box (not the scored one).
+q(G) (``weighting``): ``"empirical"`` (default, DiBS) counts the acyclic particles' graphs; ``"mixture"`` (DiBS+)
+weights each distinct graph by its unnormalised posterior. Settings: BayesDAG App. D (Table 4, linear d = 5).
 
 JAX runs on the CPU here whatever ``--device`` says; the record's device field says what torch used. dibs-lib is an
-optional dependency (``docs/methods.md``, DiBS: ``pip install -e ".[dibs]"`` then
-``pip install --no-deps dibs-lib==1.3.3``); without it the method reports itself unsupported.
+optional dependency; without it the method reports itself unsupported.
+Details: docs/methods.md, "dibs and bges: BayesDAG's comparators (`methods/dibs/`, `methods/bges/`)".
 """
 
 from __future__ import annotations

@@ -1,40 +1,22 @@
 """Per-model variational inference: ``mif``, ``fr-vip``, ``fr``, ``mf`` and ``iaf``.
 
-For every model of an enumerable space, a variational family is fitted to
-pi(theta_m | m) by maximising the ELBO with reparameterised gradients (Adam,
-all models as one batched optimisation). The evidence of each model is then
-estimated by importance sampling with the fitted density,
-``p(m) Z_m ~ mean_j pi~(m, theta_j) / q_m(theta_j)`` (with its delta-method
-standard error), and ``q(m)`` is proportional to it. The method's density is
-``log q(m) + log q_m(theta_m)``; it also gives the suite a sampler of fresh
-draws, from which the suite measures the negative ELBO.
+For every model of an enumerable space, a variational family is fitted to pi(theta_m | m) by maximising the ELBO
+with reparameterised gradients (Adam, all models as one batched optimisation). The evidence of each model is then
+estimated by importance sampling with the fitted density, ``p(m) Z_m ~ mean_j pi~(m, theta_j) / q_m(theta_j)``
+(with its delta-method standard error), and ``q(m)`` is proportional to it. The method's density is
+``log q(m) + log q_m(theta_m)``; it also gives the suite a sampler of fresh draws, from which the suite measures the
+negative ELBO.
 
-The per-model ELBO itself would give ``q(m) ~ p(m) exp(ELBO_m)`` (VTI eq. 13
-for fixed flows); importance sampling removes the KL gap from each model's
-weight, which matters whenever the families fit some models better than others
+The per-model ELBO itself would give ``q(m) ~ p(m) exp(ELBO_m)`` (VTI eq. 13 for fixed flows); importance sampling
+removes the KL gap from each model's weight, which matters whenever the families fit some models better than others
 (``evidence='elbo'`` selects the ELBO weights instead).
 
-**Running estimates.** Each snapshot weighs the models by the same estimator,
-from the importance weights ``pi~ / q_m`` the training steps since the previous
-snapshot already computed (the latest steps', about ``SNAPSHOT_DRAWS`` per model
-and at least one step's; each step's weights are unbiased for ``p(m) Z_m`` under
-that step's flow, so they lag the flows by at most those few steps), and
-carries the ELBO of the mixture ``q(m) q_m``. It draws nothing: the run's
-generator never moves, and a snapshot costs a softmax, where fresh draws (even
-128 per model) would cost about two training steps on ``robust-vs``. The last
-snapshot is the returned estimate itself.
-
-**Time budgets.** All models train together, step by step, as without a budget.
-The learning rates share the first ``SCORED_FRACTION`` of the budget equally, in
-turn (the rest is kept for the returned draws). Each trains for ``TRAIN_SHARE``
-of its share, then scores its fit for the rest: fresh draws in chunks, at most
-``evidence_draws`` per model, give both its ELBO (which picks the rate per model)
-and its importance-sampled evidence (without a budget these are two samples of
-``evidence_draws``). A cosine schedule spans the steps projected to fit the
-training part, from the pace between ``PACE_FROM`` and ``CALIBRATION_SHARE`` of
-the share; until then the rate is constant (the cosine's start).
-``num_iterations`` is then unused. The run fails with ``BudgetTooSmall`` if not
-one gradient step fits.
+Running estimates weigh the models by the same estimator, from importance weights the training steps already
+computed: a snapshot draws nothing, and the last snapshot is the returned estimate itself. Under a time budget the
+learning rates share the first ``SCORED_FRACTION`` of it in turn (each trains for ``TRAIN_SHARE`` of its share, then
+scores its fit; the rest is kept for the returned draws); the run fails with ``BudgetTooSmall`` if not one gradient
+step fits.
+Details: docs/methods.md, "Running estimates and time budgets (`methods/mif/method.py`)".
 """
 
 from __future__ import annotations

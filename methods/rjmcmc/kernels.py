@@ -1,34 +1,22 @@
 """Batched RJMCMC moves on the saturated space: C chains advance together, no loop over chains.
 
-Between-model move (independent auxiliary, Brooks et al. 2003): from model m
-propose m' ~ j(. | m); coordinates active in both keep their (standardised)
-values, newly active ones are drawn from an auxiliary density, deactivated
+Between-model move (independent auxiliary, Brooks et al. 2003): from model m propose m' ~ j(. | m); coordinates
+active in both keep their (standardised) values, newly active ones are drawn from an auxiliary density, deactivated
 ones are dropped. The acceptance probability is
 
     min(1, pi(m', theta') j(m | m') prod_dropped g(u_i) / [pi(m, theta) j(m' | m) prod_born g(u_i)] |J|).
 
-With location 0 and scale s for every model this is the textbook move with
-g = N(0, s^2) and unit Jacobian; with per-model moments it is a
-moment-matched jump.
+With location 0 and scale s for every model this is the textbook move with g = N(0, s^2) and unit Jacobian; with
+per-model moments it is a moment-matched jump.
 
-With ``global_prob > 0`` each chain independently draws its proposal, with that
-probability, uniformly from the other models instead of from the model space's
-jump. The choice does not depend on the state, so the move is a mixture of two
-pi-reversible kernels (the uniform draw is symmetric: its log ratio is zero)
-and stays pi-reversible; it lets chains cross low-probability valleys that
-neighbour jumps (birth-death on counts) cross only rarely.
-
-With ``swap_prob > 0`` on a :class:`BinarySpace`, a chain proposes, with that
-probability (also state-independent), an add-one-drop-one swap: one included
-and one excluded bit, each uniformly, flip together. The number k of included
-bits is unchanged, so the proposal probability 1 / (k (p - k)) is the same both
-ways and the log ratio is zero. Where the swap drops one parameter coordinate
-and adds one, the added coordinate takes the dropped one's (standardised)
-value, with no auxiliary draw. Swaps move between collinear covariates ("x in,
-y out" to "x out, y in"), whose coefficients are alike, without passing
-through the improbable models with both or neither.
-
+With ``global_prob > 0`` each chain independently draws its proposal, with that probability, uniformly from the
+other models; the choice does not depend on the state and the uniform draw is symmetric, so the move stays
+pi-reversible. With ``swap_prob > 0`` on a :class:`BinarySpace`, a chain proposes, with that probability (also
+state-independent), an add-one-drop-one swap of one included and one excluded bit: k is unchanged, so the proposal
+probability 1 / (k (p - k)) is the same both ways, and the added coordinate takes the dropped one's (standardised)
+value, with no auxiliary draw.
 The within-model random walk and the chains' state are shared with TRJ (:mod:`methods.common.chains`).
+Details (why global jumps and swaps): docs/methods.md, "Methods" ("Global jumps", "Swap moves").
 """
 
 from __future__ import annotations

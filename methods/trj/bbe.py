@@ -1,37 +1,22 @@
 """The Bartolucci bridge estimator of model probabilities (TRJ paper, eqs. 9-10; Bartolucci et al. 2006).
 
-Detailed balance of a reversible jump between models i and j gives
-
-    pi(i) j_i(j) E_i[alpha(i -> j)] = pi(j) j_j(i) E_j[alpha(j -> i)],
-
-so from proposals made at draws of each model,
+Detailed balance of a reversible jump between models i and j gives, from proposals made at draws of each model,
 
     log pi(i) / pi(j) = log mean alpha(j -> i) - log mean alpha(i -> j) + log j_j(i) - log j_i(j).
 
-The last term is each proposal's log jump ratio. It vanishes for symmetric jumps, and the TRJ paper's eq. 9
-and the authors' code omit it. With the jump probabilities j_k(k') = pi(k') of Proposition 1 it is what
-makes the estimate right, so it is included here (with every alpha equal to 1, the code's formula would
-return uniform probabilities). Eq. 10 then gives pi_hat(j) = 1 / sum_i B[i, j] for each reference model j.
+The last term is each proposal's log jump ratio. It vanishes for symmetric jumps, and the TRJ paper's eq. 9 and the
+authors' code omit it. With the jump probabilities j_k(k') = pi(k') of Proposition 1 it is what makes the estimate
+right, so it is included here. Eq. 10 then gives pi_hat(j) = 1 / sum_i B[i, j] for each reference model j.
 
-Eq. 10 needs proposals in both directions between the reference model and every other model. Where jumps
-only connect neighbours (bit flips in variable selection), :meth:`PairStatistics.graph_model_probs`
-combines every pair's log ratio by weighted least squares over the graph of proposed pairs (weights: the
-inverse delta-method variances); with proposals only between the reference model and the others it is
-eq. 10 again.
+Where jumps only connect neighbours (bit flips in variable selection), :meth:`PairStatistics.graph_model_probs`
+combines every pair's log ratio by weighted least squares over the graph of proposed pairs (weights: the inverse
+delta-method variances); with proposals only between the reference model and the others it is eq. 10 again. A pair
+(i, j) is a link of that graph only when, in each direction, the expected number of acceptances (sum of alpha) is
+at least ``MIN_EXPECTED_ACCEPTS`` and the delta-method variance of log mean(alpha) is at most ``MAX_SIDE_VARIANCE``:
+the delta method only means something when the mean is measured to well within its own size. A model joined to the
+most proposed-from model by no chain of links gets no estimate (the methods fall back to its visit frequency).
 
-Which pairs are links of that graph. The delta method linearises log mean(alpha), which only means something
-when the mean is measured to well within its own size. A pair (i, j) is a link only when, in each direction,
-
-* the expected number of acceptances, sum of alpha, is at least ``MIN_EXPECTED_ACCEPTS`` (1): a pair proposed
-  once or twice with alpha ~ 1e-12 has a log ratio set by chance alone, and
-* the delta-method variance of log mean(alpha) (the squared coefficient of variation of the mean) is at most
-  ``MAX_SIDE_VARIANCE`` (1): it catches a mean carried by one large alpha among many tiny ones.
-
-For alphas that are 0 or 1 the two rules nearly coincide (var ~ 1 / sum alpha - 1 / n). A model joined to
-the most proposed-from model by no chain of links gets no estimate (the methods fall back to its visit
-frequency). A direction accepted every time has zero sample variance of alpha, yet its mean is only known to
-be 1 - O(1/n): the variance of alpha is shrunk with one pseudo-observation of variance mean * max(1 - mean,
-1/4), so such a direction gets variance 1 / (4 n (n + 1)) for log mean(alpha), not zero.
+Details: docs/methods.md, "The Bartolucci bridge estimator (`methods/trj/bbe.py`)".
 """
 
 from __future__ import annotations

@@ -1,34 +1,22 @@
 """CoSMIC normalizing flows: conditional flows that are the identity on a model's inactive coordinates.
 
-A CoSMIC layer computes its elementwise transformer parameters rho_i from a
-conditioner and mixes them with the transformer's static point rho^Id by the
-context-to-mask map, rho_i^C = (1 - C_i(m)) rho^Id + C_i(m) rho_i (VTI eq. 8).
-Since C_i(m) is 0 or 1, this is a selection: active coordinates get the
-conditioner's parameters and inactive ones the static point, so they pass
-through unchanged (VTI Lemma 2.1). Inside the strict-left permutation the
-active coordinates come first, and autoregressive conditioners then never
-read an inactive coordinate, so the density factorises as
-q(theta_m | m) nu(u) (VTI Prop. 2.2).
+A CoSMIC layer computes its elementwise transformer parameters rho_i from a conditioner and mixes them with the
+transformer's static point rho^Id by the context-to-mask map, rho_i^C = (1 - C_i(m)) rho^Id + C_i(m) rho_i (VTI
+eq. 8). Since C_i(m) is 0 or 1, this is a selection: active coordinates get the conditioner's parameters and inactive
+ones the static point, so they pass through unchanged (VTI Lemma 2.1). Inside the strict-left permutation the active
+coordinates come first, and autoregressive conditioners then never read an inactive coordinate, so the density
+factorises as q(theta_m | m) nu(u) (VTI Prop. 2.2).
 
-Every layer works on "left-aligned" vectors (active coordinates first, in
-ascending order) and has two directions:
+Every layer works on "left-aligned" vectors (active coordinates first, in ascending order) and has two directions:
 
-* ``sample(x, active, context)``: the generative direction z -> theta used in
-  training (one conditioner pass per layer: the conditioner reads the layer's
-  input, as in an inverse autoregressive flow); returns the output and
-  log |det d out / d in|;
-* ``density(y, active, context)``: the inverse, used to evaluate log q at a
-  given theta (sequential over coordinates for autoregressive layers);
-  returns the input and log |det d in / d out|.
+* ``sample(x, active, context)``: the generative direction z -> theta used in training (one conditioner pass per
+  layer, as in an inverse autoregressive flow); returns the output and log |det d out / d in|;
+* ``density(y, active, context)``: the inverse, used to evaluate log q at a given theta (sequential over
+  coordinates for autoregressive layers); returns the input and log |det d in / d out|.
 
-Autoregressive conditioners, the rational-quadratic spline, the sigmoid sandwich
-and the positive scale come from the shared flow library :mod:`methods.flows`.
-
-**Contexts.** ``context`` is a float feature matrix ``[B, C]``, or an int64 vector ``[B]`` of model indices that
-stands for their one-hot codes (``C`` = the number of models). Every layer that reads the context starts with a
-:class:`ModelContextLinear`, which takes the index as a column lookup of its weight: the same numbers as the
-product with the one-hot code, without the ``[B, M] x [M, h]`` multiplication (half of a step's time with 256
-models). Context-only networks (sinh-arcsinh, diagonal affine) then run once per distinct model of the batch.
+``context``: a float feature matrix ``[B, C]``, or an int64 vector ``[B]`` of model indices standing for one-hot codes,
+read by :class:`ModelContextLinear` as a column lookup of its weight. Conditioners, splines, sandwich and scale come
+from :mod:`methods.flows`. Details: docs/methods.md, "VTI (`methods/vti/`)", "The flow library (`methods/flows/`)".
 """
 
 from __future__ import annotations

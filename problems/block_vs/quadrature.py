@@ -1,27 +1,19 @@
 """Deterministic log evidence of a low-dimensional model by tensor-product quadrature.
 
-log p(D | m) = log ∫ exp(log_joint(m, theta) - log p(m)) dtheta_m over the
-active coordinates (1 to about 4 of them), evaluated through
-``problem.log_joint`` in float64 on a tensor-product Gauss-Legendre or
-trapezoid grid. It is an independent check of the reference engine's SMC
-evidence for block-vs, whose models have dimension 1 to 4.
+log p(D | m) = log ∫ exp(log_joint(m, theta) - log p(m)) dtheta_m over the active coordinates (1 to about 4 of
+them), evaluated through ``problem.log_joint`` in float64 on a tensor-product Gauss-Legendre or trapezoid grid. It
+is an independent check of the reference engine's SMC evidence for block-vs, whose models have dimension 1 to 4.
 
-Both rules converge exponentially here because the integrand is negligible
-on the box faces (the trapezoid rule is then spectrally accurate, as for
-periodic functions). The trapezoid rule is the default: the block-vs
-posteriors are multimodal with bumps ~0.5 wide across the whole box, and
-Gauss-Legendre spends its nodes crowding at the faces. On block-vs model
-(1,1,1,1) the trapezoid rule is within 1e-9 of its limit with 56 nodes per
-axis, while Gauss-Legendre is 3e-6 off with 64 and 1e-7 off with 80. 64
-trapezoid nodes (1.7e7 evaluations, ~12 s on two idle CPU cores) give the
-4-D evidence to ~1e-9.
+Both rules converge exponentially here because the integrand is negligible on the box faces (the trapezoid rule is
+then spectrally accurate, as for periodic functions). The trapezoid rule is the default: the block-vs posteriors
+are multimodal with bumps ~0.5 wide across the whole box, and Gauss-Legendre spends its nodes crowding at the faces.
 
-The integration box is chosen automatically: a batched multi-start gradient
-ascent finds the (possibly several) modes and a curvature scale; a coarse
-uniform grid that includes the box faces then widens any side where the
-integrand is not negligible (above ``edge_tol`` times its peak) and trims
-sides where it is, until the faces pass. Modes that no start reaches and that
-are separated from the others by a region below ``edge_tol`` are missed.
+The integration box is chosen automatically: a batched multi-start gradient ascent finds the (possibly several)
+modes and a curvature scale; a coarse uniform grid that includes the box faces then widens any side where the
+integrand is not negligible (above ``edge_tol`` times its peak) and trims sides where it is, until the faces pass.
+Modes that no start reaches and that are separated from the others by a region below ``edge_tol`` are missed.
+
+Details: docs/problems.md, "block-vs quadrature (`problems/block_vs/quadrature.py`)".
 """
 
 from __future__ import annotations

@@ -8,20 +8,15 @@ sec. 4; heights iid Gamma(alpha, beta)) has, with the heights integrated out (Ga
     m(n, l) = beta^alpha Gamma(alpha + n) / (Gamma(alpha) (beta + l)^(alpha + n)),
 
 where segment j = [s_j, s_{j+1}) has length l_j and holds n_j events. The position prior and the marginal
-likelihood factorise over segments, so the k-fold integral is a chain: a forward recursion over grid cells
-(Fearnhead 2006, "Exact and efficient Bayesian inference for multiple changepoint problems", uses the
-same segment factorisation on discrete positions).
-
-Why this discretisation is second order: every event time is a cell boundary, so on each product of distinct
-cells the segment counts are constant and the integrand is smooth; the rule places each change point at its
-cell's midpoint (a product midpoint rule, error O(h^2)) and leaves out two change points in one cell, whose mass
-is O(h^2) relative because the prior density vanishes linearly as a gap closes. Halving every cell therefore
-shrinks the error about fourfold, which :func:`refined_model_probs` uses for a Richardson extrapolation and an
-error estimate.
+likelihood factorise over segments, so the k-fold integral is a chain: a forward recursion over grid cells (the
+segment factorisation of Fearnhead 2006). Every event time is a cell boundary and each change point sits at its
+cell's midpoint, so the rule is second order: halving every cell shrinks the error about fourfold, which
+:func:`refined_model_probs` uses for a Richardson extrapolation and an error estimate.
 
 Everything is float64 on the CPU. A reference potential (the homogeneous Poisson log likelihood at the mean rate)
 is taken out of every segment so that the matrix entries stay within about e^{+-200} and the recursion can run as
 plain matrix-vector products with one rescaling per step.
+Details: docs/problems.md, "coal-mining: Green (1995)'s coal-mining disasters change points" ("Exact answer").
 """
 
 from __future__ import annotations

@@ -1,29 +1,22 @@
 """Coal-mining disasters: Green (1995)'s multiple change-point problem for a Poisson process (his sec. 4).
 
 Data (``coal.csv``, R package ``boot``): the dates of the 191 British coal-mining explosions that killed ten or
-more men, 15 March 1851 to 22 March 1962 (Jarrett 1979), as decimal years y. Green measured time in days on
-[0, L], L = 40907 (the days of 1851-1962); the file's decimal years are exactly day numbers over 365.25, so
-t = (y - 1851) * 365.25 is the day number (1 January 1851 = 1; checked to be an integer on load).
+more men, 1851-1962, as day numbers t = (y - 1851) * 365.25 on Green's interval [0, L], L = 40907 days.
 
 Model (Green 1995, sec. 4): the events are a Poisson process on [0, L] whose rate is a step function with k
 change points 0 < s_1 < ... < s_k < L and heights h_0..h_k; log-likelihood sum_j (n_j log h_j - h_j l_j) for
-segments j = [s_j, s_{j+1}) of length l_j holding n_j events (s_0 = 0, s_{k+1} = L). Prior (sec. 4): k ~
-Poisson(lambda) truncated to k <= k_max; given k, the change points are the even-numbered order statistics of
-2k + 1 uniforms on [0, L], density (2k+1)!/L^(2k+1) prod_j l_j (so the gap proportions l_j / L are
-Dirichlet(2, ..., 2)); heights iid Gamma(alpha, beta). Green's values for these data (sec. 4): lambda = 3,
-alpha = 1, beta = 200 (prior mean rate 1/200 per day, about 1.8 a year: the data's average is 1.7), k_max = 30.
+segments j = [s_j, s_{j+1}) of length l_j holding n_j events. Prior: k ~ Poisson(lambda) truncated to k <= k_max;
+gap proportions l_j / L ~ Dirichlet(2, ..., 2) (the even-numbered order statistics of 2k + 1 uniforms); heights
+iid Gamma(alpha, beta). Green's values for these data: lambda = 3, alpha = 1, beta = 200 (per day), k_max = 30.
 
-Parametrisation (unconstrained, so that generic samplers run): theta = (z_1..z_{k_max}, u_0..u_{k_max});
-model k uses z_1..z_k and u_0..u_k (dim_max = 2 k_max + 1). The change points are a stick-breaking of [0, L]
-(:mod:`problems.coal_mining.transform`): s_j = s_{j-1} + sigmoid(z_j) (L - s_{j-1}), nested in k, with its exact
-log-Jacobian in the log joint. Heights are
-h_j = (alpha / beta) e^{u_j}, Jacobian h_j: u is the log height against the prior mean rate, so that u ~ N(0, 1),
-where generic samplers start, lies in the posterior's range (log h itself sits near -5.4 per day).
+Parametrisation (unconstrained, so that generic samplers run): theta = (z_1..z_{k_max}, u_0..u_{k_max}); model k
+uses z_1..z_k and u_0..u_k (dim_max = 2 k_max + 1). The change points are a stick-breaking of [0, L]
+(:mod:`problems.coal_mining.transform`), nested in k, with its exact log-Jacobian in the log joint. Heights are
+h_j = (alpha / beta) e^{u_j}, Jacobian h_j, so that u ~ N(0, 1), where generic samplers start, lies in the
+posterior's range. Ground truth (:mod:`problems.coal_mining.exact`): p(k | y) by a forward recursion over a fine
+time grid with the heights integrated out, Richardson-extrapolated; draws exact up to that grid.
 
-Ground truth (:mod:`problems.coal_mining.exact`): p(k | y) by a forward recursion over a fine time grid with the
-heights integrated out, Richardson-extrapolated over three nested grids (discretisation error about 2e-5 at the
-default grid); draws exact up to that grid: k from p(k | y), change-point cells backward, positions uniform within
-their cells, heights from their Gamma conditionals.
+Details: docs/problems.md, "coal-mining: Green (1995)'s coal-mining disasters change points".
 """
 
 from __future__ import annotations

@@ -1,35 +1,22 @@
 """Non-linear DAG discovery with one-hidden-layer MLP conditionals (VTI sec. 5.2, App. F): simulated and Sachs data.
 
-A model is m = (P, U) (``problems.dag_mlp.space``): node a sits at topological
-position sigma(a), and the node at position j >= 1 is
+A model is m = (P, U) (``problems.dag_mlp.space``): node a sits at topological position sigma(a), and the node at
+position j >= 1 is
 
     x_j = f_j(x_<j) + sigma eps,   f_j(z) = W2_j . ReLU(W1_j (z * u_j) + beta b1_j) + b2_j,
 
-with ``u_j = U[:j, j]`` its parent indicator over earlier positions (the node at
-position 0 has no parameters, f = 0). Parameters of position j, in order:
-``W1`` (H x j, hidden-major: entry h * j + i), ``b1`` (H, only with
-``bias=True``), ``W2`` (H), ``b2`` (1): (j + 1) H + 1 without and (j + 2) H + 1
-with the first-layer bias, 549 for d = 10, H = 10 (no bias) and 385 for the
-Sachs setting d = 11, H = 5 (bias), as in the authors' code (the spec's CODE !=
-PAPER note: ``bias=False`` drops b1 but keeps b2, and j is 0-based).
+with ``u_j = U[:j, j]`` its parent indicator over earlier positions (the node at position 0 has no parameters,
+f = 0). Parameters of position j, in order: ``W1`` (H x j, hidden-major: entry h * j + i), ``b1`` (H, only with
+``bias=True``), ``W2`` (H), ``b2`` (1): (j + 1) H + 1 without and (j + 2) H + 1 with the first-layer bias.
 
-Mask (App. F): column i of ``W1_j`` is active iff U[i, j] = 1; ``b1_j``, ``W2_j``
-and ``b2_j`` are active iff position j has a parent. The authors' code builds
-the W1 part of the mask parent-major while its likelihood reads W1
-hidden-major (a QUIRK of the spec); here one layout, hidden-major, serves both.
+Mask (App. F): column i of ``W1_j`` is active iff U[i, j] = 1; ``b1_j``, ``W2_j`` and ``b2_j`` are active iff
+position j has a parent; one layout, hidden-major, serves both the mask and the likelihood. Prior: active parameters
+iid N(0, tau^2); log p(P, U) = -log d! - (d(d-1)/2) log 2 - gamma nEdges(U) (App. F eq. 61; unnormalised for
+gamma > 0). Likelihood: Gaussian with known sigma over the data sorted into topological order, computed in chunks of
+rows (with activation checkpointing under autograd, so memory is one chunk's activations). Simulated data (App. F.1,
+F.4) are generated in topological order, as App. F.1 says.
 
-Prior: active parameters iid N(0, tau^2); log p(P, U) = -log d! - (d(d-1)/2)
-log 2 - gamma nEdges(U) (App. F eq. 61; unnormalised for gamma > 0).
-Likelihood: Gaussian with known sigma over the data sorted into topological
-order, computed in chunks of rows (with activation checkpointing under
-autograd, so memory is one chunk's activations).
-
-Simulated data (App. F.1, F.4): d = 10, H = 10, no bias, edge probability
-0.5, parameters uniform on ±[0.3, 0.7], n in {16, ..., 1024} as the first n
-rows of one 1024-row set. The data are generated in topological order as App.
-F.1 says; the authors' code generates them in the canonical node order and so
-ignores edges that point from a higher to a lower label (a QUIRK of the spec),
-which is not reproduced.
+Details: docs/problems.md, "dag-mlp in detail (`problems/dag_mlp/problem.py`)".
 """
 
 from __future__ import annotations

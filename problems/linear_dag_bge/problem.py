@@ -1,46 +1,22 @@
 """BayesDAG's d = 5 linear-Gaussian benchmark: the exact posterior over all 29,281 DAGs under the BGe score.
 
-The setting of BayesDAG (Annadani et al. 2023) Sec. 6.1.1 and App. D.2-D.3: a random ER or SF graph with ``d``
-edges in expectation, edge weights uniform in [0.5, 1.5] (positive: the paper does not state a sign;
-``random_sign=True`` draws one), unequal noise variances from InverseGamma(1.5, 1), N = 500 training rows and
-100 held-out rows, all from ``data_seed``. The posterior over DAGs is
+The setting of BayesDAG (Annadani et al. 2023) Sec. 6.1.1 and App. D.2-D.3, built as the authors' code builds it
+(each choice an option: ``er_edges``, ``sf_orientation``, ``graph_prior``, ``random_sign``): a random ER or SF graph
+with ``d`` edges in expectation, edge weights uniform in [0.5, 1.5], unequal noise variances from InverseGamma(1.5, 1),
+N = 500 training rows and 100 held-out rows, all from ``data_seed``. The posterior over DAGs is
 
     p(G | D) ∝ p(G) p(D | G),   p(D | G) = BGe marginal likelihood,
 
-computed exactly by enumerating the DAGs (BGe: alpha_mu = 1, alpha_w = d + 2, nu = 0, the values of the authors'
-code, options).
+computed exactly by enumerating the DAGs (BGe: alpha_mu = 1, alpha_w = d + 2, nu = 0, the authors' values, options).
+``graph_prior="authors"`` is the prior of their exact posterior, QUIRK included (on ER at p = 1/2 it is proportional
+to 3^-E instead of uniform), kept as coded because their Fig. 2 was scored against it. Both priors are sums of
+per-node terms in the parent-set size, so ``local_log_scores`` carries them and order MCMC sees the same posterior;
+the prior is normalised over the enumerated DAGs (``log_model_prior``).
 
-**The benchmark as the authors built it** (microsoft/Project-BayesDAG, read for issue 33; the paper prints neither
-the graphs' construction nor p(G)), the defaults, each an option:
-
-* ``er_edges="exact"``: ER graphs with exactly ``expected_edges`` edges (igraph G(n, m)); ``"expected"``: each
-  pair with probability expected_edges / pairs (the paper's words).
-* ``sf_orientation="new_to_old"``: igraph's directed Barabasi graphs, edges from the new node to the old one (hubs
-  are sinks, with v-structures); ``"old_to_new"``: the reverse (every CPDAG fully undirected).
-* ``graph_prior="authors"``: the prior of their exact posterior (``nri_utils.mmd_true_posterior``). SF:
-  ``log p(G) = -3 sum_j log(1 + |Pa_j|) + const``. ER: ``E log p + (N - E) log1p(p) + const`` with E the edge
-  count, N = d(d-1)/2 pairs and p = expected_edges / N. QUIRK: ``log1p(p)`` is log(1 + p), not the Binomial's
-  log(1 - p), so at p = 1/2 the prior is proportional to 3^-E instead of uniform; it is kept as coded, because
-  their Fig. 2 was scored against it. ``"uniform"``: uniform over DAGs (what the suite used before).
-
-Both priors are sums of per-node terms in the parent-set size, so ``local_log_scores`` carries them and order MCMC
-sees the same posterior. The prior is normalised over the enumerated DAGs (``log_model_prior``).
-
-The data of a ``data_seed`` changed with these defaults; ``er_edges="expected", sf_orientation="old_to_new",
-graph_prior="uniform"`` give the earlier data sets and posteriors bit for bit.
-
-**MMD.** The records carry ``mmd`` (the paper's scale: the square root) and ``mmd_hamming`` (MMD^2), both exact
-(``suite.scoring.graphs``). ``mmd_samples=S`` adds ``mmd_sampled``, the authors' estimator: S graphs from the method's q
-and S from the exact posterior, drawn from a generator seeded by ``data_seed`` (see :func:`sampled_mmd`).
-
-**Parameters.** BGe integrates the SCM's parameters (mean and precision matrix, a Normal-Wishart prior) out, so
-the target has no parameters of its own. Methods built on saturated vectors still need one: ``theta`` carries a
-single auxiliary coordinate, standard normal under every model and independent of the graph, so that
-
-    log_joint(G, theta) = log p(G) + log BGe(D | G) + log N(theta; 0, 1)
-
-has exactly the BGe posterior as its graph marginal, and the exact entropy and evidence stay known. The
-coordinate tells nothing about the SCM; a method's draws of it are only a check of its parameter sampler.
+BGe integrates the SCM's parameters out; ``theta`` is one auxiliary coordinate, standard normal under every model and
+independent of the graph, so ``log_joint(G, theta) = log p(G) + log BGe(D | G) + log N(theta; 0, 1)`` has exactly the
+BGe posterior as its graph marginal (exact entropy and evidence stay known); it tells nothing about the SCM.
+Details: docs/problems.md, "linear-dag-bge in detail (`problems/linear_dag_bge/problem.py`)".
 """
 
 from __future__ import annotations

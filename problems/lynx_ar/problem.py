@@ -1,27 +1,22 @@
 """Autoregressive order selection for the Canadian lynx series, with exact evidences, draws and entropy.
 
-Data (:mod:`problems.lynx_ar.data`): y_t = log10(lynx_t) - mean, t = 1821..1934 (114 values; Campbell & Walker
-1977, Tong 1977). A model is an order p in 0..P (``CountSpace(0, P, "p")``, uniform prior 1 / (P + 1)); every
-order explains the same n = 114 - P responses y_t, t > P, given the first P values (the conditional likelihood),
+Data (:mod:`problems.lynx_ar.data`): y_t = log10(lynx_t) - mean, t = 1821..1934 (114 values). A model is an order
+p in 0..P (``CountSpace(0, P, "p")``, uniform prior 1 / (P + 1)); every order explains the same n = 114 - P
+responses y_t, t > P, given the first P values (the conditional likelihood),
 
     y_t = phi_1 y_{t-1} + ... + phi_p y_{t-p} + e_t,    e_t ~ N(0, sigma^2).
 
 No intercept: the series is centred by its sample mean. No stationarity constraint is imposed on phi (the conjugate
 prior has full support); the evidences are then those of regressions on the lags. Priors (conjugate
-normal-inverse-gamma, as in the regression setting of :mod:`problems.conjugate_vs.posterior`):
-
-- ``prior="g"`` (default): Zellner's g-prior phi_{1:p} | sigma^2 ~ N(0, g sigma^2 (X_p^T X_p)^{-1}) on the first p
-  lag columns X_p, g = n by default: the unit-information prior (Kass & Wasserman 1995, sec. 3), under which the
-  log Bayes factors are BIC-like (Zellner 1986; Liang et al. 2008, sec. 2.1);
-- ``prior="independent"``: phi_j | sigma^2 ~ N(0, sigma^2 tau^2) independently (tau = prior_scale);
-- sigma^2 ~ IG(a0, b0) with a0 = 2, b0 = 0.1 by default: prior mean 0.1 (a residual sd of about 0.3 log10 units,
-  against the series' own variance 0.31), infinite prior variance. The order posterior hardly depends on it
-  (IG(0.01, 0.01) moves p(p | y) by less than 0.002).
+normal-inverse-gamma): ``prior="g"`` (default), Zellner's g-prior phi_{1:p} | sigma^2 ~ N(0, g sigma^2
+(X_p^T X_p)^{-1}) on the first p lag columns X_p, g = n by default; ``prior="independent"``, phi_j | sigma^2 ~
+N(0, sigma^2 tau^2) (tau = prior_scale); sigma^2 ~ IG(a0, b0) with a0 = 2, b0 = 0.1 by default.
 
 theta = (phi_1..phi_P, log sigma^2); the mask keeps phi_1..phi_p and log sigma^2 active, and the log joint includes
 the Jacobian sigma^2 of the log transform. The evidence p(y | p) is in closed form, so p(p | y), log Z, exact posterior
 draws and the entropy H(p, theta) are exact (the batched Cholesky machinery of :mod:`problems.conjugate_vs.posterior`,
 which treats the lag matrix as a design without intercept).
+Details: docs/problems.md, "lynx-ar: autoregressive order of the Canadian lynx series".
 """
 
 from __future__ import annotations

@@ -1,43 +1,21 @@
 """Misspecified robust variable selection (VTI, Davies et al. 2025, sec. 5.1 and App. E).
 
-A linear regression y_i = x_i^T (beta * mask) + noise on n = 50 simulated rows
-with an intercept and ``num_covariates`` covariates; the model is the subset
-gamma in {0, 1}^num_covariates of covariates included (the intercept always
-is), so mask(gamma) = [1, gamma] and there are 2^num_covariates models (128 by
-default), with a uniform model prior. Priors: beta_j ~ N(0, prior_scale^2) on
-every active coefficient (1.5 "focused", 10 "wide").
+A linear regression y_i = x_i^T (beta * mask) + noise on n = 50 simulated rows with an intercept and
+``num_covariates`` covariates; the model is the subset gamma in {0, 1}^num_covariates of covariates included (the
+intercept always is), so mask(gamma) = [1, gamma] and there are 2^num_covariates models (128 by default), with a
+uniform model prior. Priors: beta_j ~ N(0, prior_scale^2) on every active coefficient (1.5 "focused", 10 "wide").
 
-Likelihood (CODE ≠ PAPER; this follows the authors' code, avti
-``RobustVS.log_prob``): with r_i = y_i - x_i^T (beta * mask), a = 0.1,
-s1 = 1, s2 = 10 fixed whatever the data-generating noise,
+Likelihood (CODE ≠ PAPER; this follows the authors' code, avti ``RobustVS.log_prob``): with
+r_i = y_i - x_i^T (beta * mask), a = 0.1, s1 = 1, s2 = 10 fixed whatever the data-generating noise,
 
     log p(y | beta, gamma) = sum_i [m_i + log((1-a) e^{u_i - m_i} + a e^{v_i - m_i} + 1e-15)],
     u_i = -r_i^2 / (2 s1^2),  v_i = -r_i^2 / (2 s2^2),  m_i = max(u_i, v_i) = v_i,
 
-i.e. unnormalised Gaussian kernels (no 1/(s sqrt(2 pi)) factors, so relative
-to normalised densities the outlier component has weight a s2 / ((1-a) s1 +
-a s2) = 1/1.9) and the 1e-15 added after the max shift, where it changes
-each term by less than 1e-14 (it is not the floor log(1e-15) that adding it
-before the shift would put on large residuals). The paper's eq. 20 writes
-p(y_i | ...) = mu(x_i) + (1-a) N(y_i; 0, s1^2) + a N(y_i; 0, s2^2), a typo
-for a normalised 0.9/0.1 mixture centred at mu(x_i). The VTI code's saturated
-target also puts N(0, 1) on inactive coordinates; here they are ignored.
+i.e. unnormalised Gaussian kernels. The VTI code's saturated target also puts N(0, 1) on inactive coordinates; here
+they are ignored. Data (avti ``RobustVS._generate``, see :mod:`problems.robust_vs.data`) come from three
+misspecification levels, "none", "mid" and "high"; ``robust-vs`` (registered) is mid, prior 1.5, data seed 1000.
 
-Data (avti ``RobustVS._generate``, see :mod:`problems.robust_vs.data`) come
-from three misspecification levels: "none" (noise as in the likelihood),
-"mid" (inlier sd 2, outlier sd 5, coefficients 0.5 then 1.5 on the two halves
-of the rows) and "high" (sd 4 and 4, as mid plus correlated covariates).
-Configurations of the paper's figures (|M| = 128, data seeds 1000..1009 for
-the 10 replicates, 1000 being the first):
-
-- ``robust-vs`` (registered; mid, prior 1.5, seed 1000): Fig. 2 left half and Fig. 7, first replicate;
-- ``misspecification="high"``: Fig. 2 right half and Fig. 9 (Fig. 11 shows its DGP model's posterior);
-  ``"none"``: Fig. 5;
-- ``prior_scale=10``: the wide-prior Figs. 6 (none), 8 (mid) and 10 (high);
-- ``num_covariates`` = 9, 14, 19, 24 (mid or high): the cardinality sweep of Fig. 4.
-
-The authors simulated under torch's default dtype and device (float32 on the
-GPU for Fig. 2), so their data sets share the distribution, not the numbers.
+Details: docs/problems.md, "robust-vs in detail (`problems/robust_vs/problem.py`)".
 """
 
 from __future__ import annotations

@@ -1,48 +1,22 @@
 """On-disk references: model probabilities, evidences and gold draws with their Monte Carlo error and provenance.
 
-A reference is keyed by the problem's name and a hash of its configuration
-(and of its evidence method when that is not plain SMC: the problem's
-``reference_settings["evidence"]``), so a problem built with other constants,
-or asking for another estimator, never picks up a stale answer. It is
-two files in ``<folder>/<problem>/``: ``<key>.npz`` (arrays) and
-``<key>.json`` (provenance: how it was made, settings, seeds, versions,
-diagnostics).
-
-**Sizes.** A reference whose size depends on the run profile (the RJMCMC gold standards of the cardinality
-sweep: ``quick`` is a quarter of the authors' lengths on 1,024 chains, ``paper`` their full lengths on 4,096)
-records the size it was made for (:attr:`Reference.profile`); a ``paper`` one is stored as ``<key>.paper.npz``
-beside the quick ``<key>.npz``. A problem asks for the size of the profile it runs in
-(:meth:`suite.core.problem.Problem.use_reference_profile`; :func:`reference_size`): the folders are searched for that
-size first, then for any other, and the record of a run scored against another size says so
-(:func:`describe`: ``size_mismatch``), as does the leaderboard. References made by SMC or bridge sampling have one
-size for every profile (``profile`` None).
+A reference is keyed by the problem's name and a hash of its configuration (and of its evidence method when that is
+not plain SMC: ``reference_settings["evidence"]``), so a problem built with other constants, or asking for another
+estimator, never picks up a stale answer. It is two files in ``<folder>/<problem>/``: ``<key>.npz`` (arrays) and
+``<key>.json`` (provenance: how it was made, settings, seeds, versions, diagnostics). A profile-dependent reference
+records its size (:attr:`Reference.profile`; ``paper`` ones are ``<key>.paper.npz``); a problem asks for its
+profile's size first (:func:`reference_size`), and a run scored against another size says so (:func:`describe`).
 
 Search path, in order (:func:`search_path`; the first folder holding the key wins; a run's record names the folder,
-the file's path in it and its checksums, :func:`describe`):
+the file's path in it and its checksums, :func:`describe`): each folder of the ``TDBENCH_REFERENCES`` environment
+variable (``os.pathsep``-separated), then ``suite/reference/shipped/`` (:data:`SHIPPED_DIR`, package data). A
+problem whose stored reference is missing is reported unavailable by :func:`reference_problem`, with
+:func:`missing_message`: it is never run with its accuracy metrics silently left out.
 
-1. each folder of the ``TDBENCH_REFERENCES`` environment variable (``os.pathsep``-separated), for references
-   made locally (``python -m suite.reference PROBLEM --out FOLDER``) or too large to ship;
-2. ``suite/reference/shipped/`` (:data:`SHIPPED_DIR`), the references shipped with the code. They are package
-   data, so a wheel (``pip install .``, not editable) carries them and scores exactly as a checkout does.
-
-A problem whose ground truth is such a stored estimate (neither exact nor declared impossible with
-``reference_settings["evidence"] = "none"``) and whose reference is missing is reported unavailable by
-:func:`reference_problem`, with :func:`missing_message` (the key, the command that makes it and the folders
-searched): it is never run with its accuracy metrics silently left out.
-
-Every reference is validated when read, and one that fails is refused with
-:class:`InvalidReferenceError` naming the file (and a problem with such a
-reference is reported unavailable by :func:`reference_problem` rather than
-scored against it): both files readable; the arrays present, with consistent
-shapes; probabilities finite, non-negative and summing to one (within
-``PROB_SUM_TOLERANCE``; an MCMC reference's visited models too); standard
-errors finite and non-negative (NaN only where there is no evidence); gold
-draws finite and of listed models; the json naming the problem, configuration
-and key asked for; and the arrays matching the SHA-256 checksum the json keeps
-(``arrays_sha256``, :func:`arrays_sha256`). A reference without a checksum
-(written before checksums were kept) is refused too, with a message saying
-how to add one after checking it: ``python -m suite.reference PROBLEM
---add-checksum`` (:func:`add_checksum`).
+Every reference is validated when read (files, shapes, probabilities, standard errors, gold draws, the json's
+problem, configuration and key, the SHA-256 of the arrays); one that fails is refused with
+:class:`InvalidReferenceError` naming the file, and its problem is reported unavailable rather than scored against it.
+Details: docs/problems.md, "Ground truth" ("Two sizes" and "`suite/core/reference_store.py`").
 """
 
 from __future__ import annotations

@@ -1,28 +1,21 @@
 """Per-model log evidence by optimal bridge sampling with a Gaussian-mixture proposal.
 
-For one model with unnormalised posterior p(x) = p(D, x, m) on its active,
-unconstrained coordinates x in R^d, and posterior draws arranged as chains
-``[C, S, d]`` (NUTS chains, or SMC runs):
+For one model with unnormalised posterior p(x) = p(D, x, m) on its active, unconstrained coordinates x in R^d, and
+posterior draws arranged as chains ``[C, S, d]`` (NUTS chains, or SMC runs):
 
-1. A Gaussian mixture q (K components, full covariances with a ridge of
-   ``ridge`` times each coordinate's variance on the diagonal) is fitted by EM
-   to the first half of every chain.
+1. A Gaussian mixture q (K components, full covariances with a ridge of ``ridge`` times each coordinate's variance
+   on the diagonal) is fitted by EM to the first half of every chain.
 2. The iterative optimal bridge of Meng & Wong (1996), in log space,
 
        r <- [mean_j l2_j / (s1 l2_j + s2 r)] / [mean_i 1 / (s1 l1_i + s2 r)],
 
-   with l = p / q at the second halves of the chains (i) and at N2 draws from
-   q (j), converges to Z = p(D, m). As in Gronau et al. (2017), s1 uses the
-   effective number of posterior draws.
-3. Its relative mean squared error is Frühwirth-Schnatter's (2004)
+   with l = p / q at the second halves of the chains (i) and at N2 draws from q (j), converges to Z = p(D, m). As
+   in Gronau et al. (2017), s1 uses the effective number of posterior draws.
+3. Its relative mean squared error is Frühwirth-Schnatter's (2004), with the autocorrelation of the MCMC draws
+   entering through an effective sample size along the chains. The standard error of log Z is the relative error
+   (delta method).
 
-       RE^2 = V_q(f2) / (N2 E_q(f2)^2) + V_p(f1) / (ESS(f1) E_p(f1)^2),
-
-   f1 = q / (s1 p / r + s2 q) at the posterior draws and f2 = (p / r) / (s1 p / r + s2 q)
-   at the proposal draws. The autocorrelation of MCMC draws enters through
-   ESS(f1), the effective sample size of f1 along the chains (Geyer's initial
-   monotone sequence, as NumPyro computes it, over all chains together; no
-   thinning). The standard error of log Z is RE (delta method).
+Details: docs/problems.md, "Ground truth" ("`suite/reference/bridge.py`").
 """
 
 from __future__ import annotations

@@ -2,27 +2,21 @@
 
 The contract: given each method's per-seed values of a problem's ranked metric, say only what the seeds support.
 
-- **Interval of a mean**: Student's t over the seeds, ``mean ± t_{0.975, n-1} s / sqrt(n)``. It assumes the
-  seeds are independent draws of one run-to-run distribution and that its mean is close to normal (exact for
-  normal values; a skewed metric at 3 seeds makes it approximate). One seed, or a non-finite value, gives no
-  interval.
+- **Interval of a mean**: Student's t over the seeds, ``mean ± t_{0.975, n-1} s / sqrt(n)``. One seed, or a
+  non-finite value, gives no interval.
 - **Tied with the best** (``tied_with_best``): the method with the best mean, and every method that is not
   separated from it. Separated means all three of: Welch's two-sample t interval of the difference of means at
   95% excludes zero; the difference exceeds the reference's own Monte Carlo error of the metric (the larger of
   the two methods' ``se``: a difference the ground truth cannot resolve is a tie); and the method's rank
   interval does not reach 1. A method with one seed cannot be separated by spread (no variance), except where
-  its value or the best's is infinite. Requiring both the test and the rank interval makes the verdict
-  conservative: two methods of one distribution tie in 99% (3 seeds), 98% (5) and 96% (10) of simulated
-  leaderboards, where Welch alone gives the nominal 95%.
+  its value or the best's is infinite.
 - **Rank interval**: each method's mean is redrawn from its t sampling distribution (``mean + se * T_{n-1}``),
-  the methods are ranked again, and the 2.5% and 97.5% quantiles of each method's rank over
-  :data:`RANK_DRAWS` redraws are ``rank_low`` and ``rank_high``. A method with one seed takes a uniformly random
-  place in every redraw (its rank is unknown), which also widens the others'. The redraws are seeded from the
-  problem's name, so a report is reproducible byte for byte.
+  the methods are ranked again, and the 2.5% and 97.5% quantiles of each method's rank over :data:`RANK_DRAWS`
+  redraws are ``rank_low`` and ``rank_high``. A method with one seed takes a uniformly random place in every
+  redraw. The redraws are seeded from the problem's name, so a report is reproducible byte for byte.
 
-Why t and not a bootstrap over seeds: at 3 seeds a bootstrap has at most 10 distinct resamples and is too narrow
-by a factor sqrt((n-1)/n); the t interval is exact for normal values. The power of the test at 3, 5 and 10 seeds
-is in ``docs/metrics.md`` ("How verdicts are made").
+Why t and not a bootstrap over seeds: at 3 seeds a bootstrap has at most 10 distinct resamples and is too narrow.
+Assumptions, power and a worked example: docs/metrics.md, "How verdicts are made".
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
 """The Slurm cluster that ``run_all.py --executor dask --cluster slurm --cluster-config FILE`` starts.
 
 FILE is TOML (``.toml``) or YAML (``.yaml``, ``.yml``) with flat keys at the top level, no ``[slurm]`` table;
-``CLUSTER_KEYS`` lists them, all optional::
-
-    queue = "gpu"                 # Slurm partition
-    account = "my-project"
-    cores = 8                     # per job
-    memory = "32GB"               # per job
-    walltime = "04:00:00"         # quoted: unquoted, TOML reads a time and YAML may read seconds
-    gpus = 2                      # per job
-    jobs = 4
-    job_extra_directives = ["--constraint=a100"]
-    job_script_prologue = ["source ~/venv/bin/activate"]
+``CLUSTER_KEYS`` lists them, all optional. Quote ``walltime`` ("04:00:00"): unquoted, TOML reads a time and YAML
+may read seconds.
 
 Each job runs ``processes`` Dask worker processes with one thread each, so a worker runs one benchmark run at a
 time and that run may use ``cores // processes`` CPU cores (``ClusterConfig.cores_per_worker``); ``processes``
@@ -22,6 +13,8 @@ run picks its own with ``local_gpu_index``. Paths are used as written (relative 
 the jobs are submitted from), except that ``~`` in ``log_directory`` is expanded.
 
 dask-jobqueue is an optional extra (``pip install tdbench[slurm]``); ``require_jobqueue`` says so when it is missing.
+
+An example file with every key: docs/distributed.md, "Slurm through dask-jobqueue".
 """
 
 from __future__ import annotations
