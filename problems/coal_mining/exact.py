@@ -14,8 +14,8 @@ cell's midpoint, so the rule is second order: halving every cell shrinks the err
 :func:`refined_model_probs` uses for a Richardson extrapolation and an error estimate.
 
 Everything is float64 on the CPU. A reference potential (the homogeneous Poisson log likelihood at the mean rate)
-is taken out of every segment so that the matrix entries stay within about e^{+-200} and the recursion can run as
-plain matrix-vector products with one rescaling per step.
+is taken out of every segment, and the largest entry out of the step matrix, whose entries then span about e^-36
+to 1 on the default grids, so the recursion runs as plain matrix-vector products with one rescaling per step.
 Details: docs/problems.md, "coal-mining: Green (1995)'s coal-mining disasters change points" ("Exact answer").
 """
 
