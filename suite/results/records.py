@@ -5,8 +5,8 @@ to disk, then renamed), so a run killed at any point leaves either a whole
 record or none. A finished record is never rewritten unless asked to.
 
 A record that cannot be read back (not a regular file, not JSON, not an object,
-a required key missing or of the wrong type, a field outside the schema of
-:mod:`suite.results.schema`, or naming another run) is treated as absent with a
+a required key missing or of the wrong type, a field outside the format of
+:mod:`suite.results.record_model`, or naming another run) is treated as absent with a
 warning naming the file: its run is planned again, and reports skip it. Reads
 open only regular files, never following a symbolic link and never waiting on
 a FIFO or a device.
@@ -33,9 +33,10 @@ from typing import Any
 
 from suite.core.budget import is_over_budget
 from suite.core.files import CHECKPOINTS_DIR, TEMPORARY_SUFFIX, read_regular_bytes, write_temporary
-from suite.results.schema import schema_problem
+from suite.results.record_model import FORMAT_VERSION, format_problem, migrate
 
-SCHEMA_VERSION = 1
+#: The format version written in every record's ``schema`` field (:mod:`suite.results.record_model`).
+SCHEMA_VERSION = FORMAT_VERSION
 RECORDS_DIR = "records"
 #: Keys every record must hold, with their types.
 REQUIRED_KEYS: dict[str, type] = {
@@ -172,7 +173,11 @@ def _parse(path: Path, key: RunKey | None) -> tuple[dict[str, Any] | None, str |
         return None, f"invalid record {path}: holds {found}, not {key.problem} / {key.method} / seed {key.seed}"
     if not Path(path).name.startswith(f"{record['problem']}__{record['method']}__seed{record['seed']}__"):
         return None, f"invalid record {path}: holds {found}, not the run its file name says"
-    why = schema_problem(record)
+    try:
+        record = migrate(record)
+    except ValueError as exc:
+        return None, f"invalid record {path}: {exc}"
+    why = format_problem(record)
     if why is not None:
         return None, f"invalid record {path}: {why}"
     return record, None
@@ -407,9 +412,9 @@ def load_replay_counts(source: Path) -> dict[tuple[str, str, int, str], dict[str
 
     ``source`` is one record file, a results folder (its ``records/``) or a folder of records. Only records of
     timed runs (a ``time_budget_s`` in their budget) count. Raises ValueError naming a file that is unreadable,
-    is not a regular file, is not a record, or breaks the schema (a time budget that is not in
-    (0, ``MAX_TIME_BUDGET_S``], counts that are not iteration numbers up to ``schema.MAX_COUNT``), and when
-    ``source`` holds no timed record at all.
+    is not a regular file, is not a record, or breaks the format (a time budget that is not in
+    (0, ``MAX_TIME_BUDGET_S``], counts that are not iteration numbers up to ``suite.results.schema.MAX_COUNT``),
+    and when ``source`` holds no timed record at all.
     """
     source = Path(source)
     if source.is_dir():

@@ -176,10 +176,10 @@ def test_a_malformed_record_is_redone_by_a_rerun_and_read_back_as_a_failed_stand
 
 
 def test_every_shipped_record_keeps_to_the_schema(tmp_path: Path) -> None:
-    from suite.results.schema import schema_problem
+    from suite.results.record_model import format_problem
 
     shipped = json.loads(gzip.decompress(QUICK_RECORDS.read_bytes()))
-    broken = {name: schema_problem(record) for name, record in shipped.items() if schema_problem(record)}
+    broken = {name: format_problem(record) for name, record in shipped.items() if format_problem(record)}
     assert len(shipped) > 100 and broken == {}
     for name, record in list(shipped.items())[:20]:
         (tmp_path / "records").mkdir(exist_ok=True)
