@@ -14,20 +14,38 @@ OVER_BUDGET_FLOOR_S = 0.5
 MAX_TIME_BUDGET_S = 604800.0
 
 
-def check_time_budget(value: object) -> float:
-    """``value`` as a time budget in seconds: a positive, finite number of at most :data:`MAX_TIME_BUDGET_S`.
+class TimeBudget(float):
+    """A time budget in seconds that has passed :func:`check_time_budget`; whatever carries one trusts it.
+
+    Made once where a budget enters (``--time-budget``, a ``GridSpec``), it travels through the plan, the run spec
+    and the run context without being checked again.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, value: object) -> TimeBudget:
+        if isinstance(value, TimeBudget):
+            return value
+        if isinstance(value, bool) or not isinstance(value, int | float) or not (value > 0 and math.isfinite(value)):
+            raise ValueError(f"must be a positive number of seconds, got {value!r}")
+        if value > MAX_TIME_BUDGET_S:
+            raise ValueError(
+                f"{value:g} seconds is more than this suite allows ({MAX_TIME_BUDGET_S:.0f} s, 7 days); "
+                "use --no-time-budget to run the profile's iteration counts instead"
+            )
+        return super().__new__(cls, value)
+
+    def __repr__(self) -> str:
+        return float.__repr__(self)
+
+
+def check_time_budget(value: object) -> TimeBudget:
+    """``value`` as a :class:`TimeBudget`: a positive, finite number of seconds of at most :data:`MAX_TIME_BUDGET_S`.
 
     The one rule for a budget, wherever one enters (``--time-budget``, a ``GridSpec``, a ``RunContext`` built by
-    hand); ValueError names what is wrong.
+    hand); ValueError names what is wrong. A value that is already a :class:`TimeBudget` is returned as it is.
     """
-    if isinstance(value, bool) or not isinstance(value, int | float) or not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"must be a positive number of seconds, got {value!r}")
-    if value > MAX_TIME_BUDGET_S:
-        raise ValueError(
-            f"{value:g} seconds is more than this suite allows ({MAX_TIME_BUDGET_S:.0f} s, 7 days); "
-            "use --no-time-budget to run the profile's iteration counts instead"
-        )
-    return float(value)
+    return TimeBudget(value)
 
 
 def budget_allowance_s(budget_s: float) -> float:
@@ -45,6 +63,7 @@ __all__ = [
     "MAX_TIME_BUDGET_S",
     "OVER_BUDGET_FLOOR_S",
     "OVER_BUDGET_SHARE",
+    "TimeBudget",
     "budget_allowance_s",
     "check_time_budget",
     "is_over_budget",

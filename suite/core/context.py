@@ -161,9 +161,9 @@ class RunContext:
     replay: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        if self.time_budget_s is not None:
+        if self.time_budget_s is not None:  # a TimeBudget passes as it is; a plain number is checked
             try:
-                check_time_budget(self.time_budget_s)
+                self.time_budget_s = check_time_budget(self.time_budget_s)
             except ValueError as error:
                 raise ValueError(f"time budget {error}") from None
         self.clock = ComputeClock(self.device)

@@ -167,7 +167,7 @@ def time_budget_for(problem: Problem, spec: GridSpec) -> float | None:
     if spec.no_time_budget:
         return None
     if spec.time_budget_s is not None:
-        return float(spec.time_budget_s)
+        return spec.time_budget_s  # a TimeBudget, checked when the spec was built
     return problem.time_budgets.get(spec.profile)
 
 

@@ -169,8 +169,8 @@ class GridSpec:
             if value is not None and value > limit:
                 raise UsageError(f"{flag} {value} is more than this suite allows ({limit:,})")
         if self.time_budget_s is not None:
-            try:
-                check_time_budget(self.time_budget_s)
+            try:  # checked here, once: the plan, run specs and run contexts carry the TimeBudget on
+                object.__setattr__(self, "time_budget_s", check_time_budget(self.time_budget_s))
             except ValueError as error:
                 raise UsageError(f"--time-budget {error}") from None
             if self.no_time_budget:

@@ -8,13 +8,15 @@ machine's speed.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 import torch
 
 from problems.sas.problem import SinhArcsinh
-from suite.core.budget import budget_allowance_s, is_over_budget
+from suite.core import budget
+from suite.core.budget import TimeBudget, budget_allowance_s, is_over_budget
 from suite.core.context import ComputeClock, RunContext, RunningEstimate
 from suite.core.method import Method, Result
 from suite.core.types import ModelProbs
@@ -23,6 +25,7 @@ from suite.report.leaderboard import display_table, long_table, summary_table, t
 from suite.report.readme_table import results_table
 from suite.results.records import over_budget
 from suite.run.runner import execute
+from suite.run.spec import GridSpec
 from tests.fake_time import FakeTime
 
 BUDGET = 2.0
@@ -156,3 +159,27 @@ def test_the_leaderboard_scores_an_over_budget_run_at_the_budget_and_never_stars
     honest_cell = next(cell for cell in row.split("<td") if "sas / honest" in cell)
     assert "over budget" in late_cell and "&#9733;" not in late_cell
     assert "&#9733;" in honest_cell
+
+
+def test_a_budget_is_checked_once_where_it_enters_and_carried_as_a_time_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GridSpec makes the TimeBudget; the plan and the run context carry it on without checking it again."""
+    spec = GridSpec(profile="quick", time_budget_s=8)
+    assert (
+        isinstance(spec.time_budget_s, TimeBudget) and spec.time_budget_s == 8.0 and repr(spec.time_budget_s) == "8.0"
+    )
+    checked: list[object] = []
+    real_new = TimeBudget.__new__
+
+    def counting_new(cls: type, value: object) -> TimeBudget:
+        if not isinstance(value, TimeBudget):
+            checked.append(value)
+        return real_new(cls, value)
+
+    monkeypatch.setattr(budget.TimeBudget, "__new__", counting_new)
+    context = RunContext(seed=0, time_budget_s=spec.time_budget_s)
+    assert context.time_budget_s is spec.time_budget_s and checked == []  # trusted, not checked again
+    RunContext(seed=0, time_budget_s=3)  # a plain number (a context built by hand) is checked
+    assert checked == [3]
+    for bad in (0, -1, math.inf, True, "8", budget.MAX_TIME_BUDGET_S * 2):
+        with pytest.raises(ValueError, match="time budget"):
+            RunContext(seed=0, time_budget_s=bad)
