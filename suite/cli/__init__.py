@@ -46,7 +46,7 @@ TOOLS: dict[str, tuple[str, str]] = {
     "overview": ("suite.cli.overview_command", "a Markdown overview of a results folder across problems and methods"),
     "readme-table": ("suite.cli.readme_table_command", "print (or --write into README.md) the README's results table"),
     "facts": ("suite.cli.facts_command", "add problem facts to records written before they were kept"),
-    "bbe-study": ("suite.studies.bbe_command", "spread of TRJ's bridge estimate per proposal (TRJ Figs. 5, 7)"),
+    "bbe-study": ("suite.cli.bbe_command", "spread of TRJ's bridge estimate per proposal (TRJ Figs. 5, 7)"),
     "data": ("suite.cli.data_command", "list the external data sets (present, where, URL) or fetch the missing"),
     "check": ("suite.cli.check", "conformance checks of a problem or method (a plug-in's, say): PASS/FAIL per check"),
 }

@@ -1,11 +1,12 @@
 """TRJ's bridge-estimate studies (TRJ Figs. 5 and 7/9): violins of one model's probability per proposal type.
 
-A :class:`BBEStudy` runs ``tdbench bbe-study`` (the Bartolucci bridge estimate of every proposal type,
-refitted per replicate) once per number of draws N into ``<out>/n<N>/``, then compares the estimates with the
-reference: per N and proposal the number of estimates, mean, standard deviation, RMSE against the reference
-probability and acceptance rate, written as ``<name>.csv``, ``.md``, ``.png`` (violins, one panel per N) and
-``index.html``. A folder whose ``bbe_<problem>.csv`` exists is kept (an interrupted study resumes by N) unless
-``force``. The papers give these figures as violins only, so the comparison is with their stated ordering.
+A :class:`BBEStudy` runs the bridge-estimate study (:func:`suite.studies.bbe_study.run_bbe`: the Bartolucci
+bridge estimate of every proposal type, refitted per replicate) once per number of draws N into ``<out>/n<N>/``,
+then compares the estimates with the reference: per N and proposal the number of estimates, mean, standard
+deviation, RMSE against the reference probability and acceptance rate, written as ``<name>.csv``, ``.md``,
+``.png`` (violins, one panel per N) and ``index.html``. A folder whose ``bbe_<problem>.csv`` exists is kept (an
+interrupted study resumes by N) unless ``force``. The papers give these figures as violins only, so the
+comparison is with their stated ordering.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ import numpy as np
 import pandas as pd
 
 from suite.core.files import write_atomically
+from suite.core.registry import make_problem
 from suite.report.plots import plt, write_figure
+from suite.studies.bbe_settings import StudySettings
 
 
 @dataclass(frozen=True)
@@ -42,8 +45,9 @@ class BBEStudy:
     paper_claim: str
     #: Pairs (better, worse) by RMSE that the paper's figure shows, checked at the largest N.
     paper_order: tuple[tuple[str, str], ...] = ()
-    #: More ``tdbench bbe-study`` arguments (e.g. how the draws are made).
-    study_arguments: tuple[str, ...] = ()
+    #: How the draws are made (``tdbench bbe-study --fresh-draws`` / ``--draws-per-model``; StudySettings).
+    fresh_draws: bool = False
+    draws_per_model: bool = False
     #: (N, fits, estimates per fit) where an N gets a budget other than ``replicates`` x ``repeats``.
     budgets: tuple[tuple[int, int, int], ...] = ()
 
@@ -54,26 +58,19 @@ class BBEStudy:
                 return fits, repeats
         return self.replicates, self.repeats
 
-    def study_argv(self, draws: int, out: Path, replicates: int | None) -> list[str]:
-        """The ``tdbench bbe-study`` arguments for ``draws`` draws per set (``replicates`` overrides the fits)."""
+    def study_settings(self, draws: int, replicates: int | None) -> StudySettings:
+        """The study's settings for ``draws`` draws per set (``replicates`` overrides the fits)."""
         fits, repeats = self.budget(draws)
-        return [
-            self.problem,
-            "--proposals",
-            ",".join(self.proposals),
-            "--replicates",
-            str(fits if replicates is None else replicates),
-            "--repeats",
-            str(repeats),
-            "--draws",
-            str(draws),
-            *(() if self.model is None else ("--model", str(self.model))),
-            "--flow-iterations",
-            str(self.flow_iterations),
-            "--out",
-            str(out / f"n{draws}"),
-            *self.study_arguments,
-        ]
+        return StudySettings(
+            proposals=self.proposals,
+            replicates=fits if replicates is None else replicates,
+            repeats=repeats,
+            draws=draws,
+            model=self.model,
+            flow_iterations=self.flow_iterations,
+            fresh_draws=self.fresh_draws,
+            draws_per_model=self.draws_per_model,
+        )
 
     def csv_of(self, out: Path, draws: int) -> Path:
         """The per-estimate CSV ``tdbench bbe-study`` writes for ``draws``."""
@@ -132,8 +129,9 @@ class BBEStudy:
 
     def run(self, out: Path, seeds: int | None = None, force: bool = False) -> int:
         """Run the bridge-estimate study per N (finished N are kept), write and print the comparison; exit code."""
-        from suite.studies.bbe_command import main as bbe_main  # TRJ's flows load only to run (not for report)
+        from suite.studies.bbe_study import bbe_refusal, run_bbe  # TRJ's flows load only to run (not for report)
 
+        problem = make_problem(self.problem)
         out.mkdir(parents=True, exist_ok=True)
         print(f"Study {self.name}: {self.description}\nResults in {out}; each N's estimates in {out}/n<N>/")
         status = 0
@@ -141,9 +139,13 @@ class BBEStudy:
             if self.csv_of(out, draws).exists() and not force:
                 print(f"  N = {draws}: kept ({self.csv_of(out, draws)})")
                 continue
-            argv = self.study_argv(draws, out, seeds)
+            settings = self.study_settings(draws, seeds)
+            why = bbe_refusal(problem, settings)
+            if why is not None:
+                print(f"  N = {draws}: {why}")
+                return 2
             start = time.perf_counter()
-            code = bbe_main(argv)
+            code = run_bbe(problem, settings, out / f"n{draws}")
             print(f"  N = {draws}: exit {code} in {time.perf_counter() - start:.0f} s")
             status = max(status, code)
         table = self.table(out)

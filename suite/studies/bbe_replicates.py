@@ -48,9 +48,8 @@ from suite.core.types import Draws
 from suite.reference.engine import estimate_reference
 from suite.reference.settings import settings_for
 from suite.studies.bbe_draws import per_model_draws
+from suite.studies.bbe_settings import PROPOSALS, StudySettings
 
-PROPOSALS = ("rq", "affine", "standard", "lopes-west", "ctrj", "exact")
-STUDY_JUMPS = ("uniform", "estimate")
 #: Prior draws per model for the "standard" proposal's default auxiliary scale (the prior sd per coordinate).
 PRIOR_SCALE_DRAWS = 20_000
 #: Largest model space studied (a transport and bridge cells per model; the trj method's max_models).
@@ -76,23 +75,6 @@ CSV_FIELDS = (
 
 #: (state, proposed models, log jump ratios, generator) -> (new state, accept flags, proposal record).
 JumpFn = Callable[[ChainState, Tensor, Tensor, torch.Generator], tuple[ChainState, Tensor, JumpRecord]]
-
-
-@dataclass(frozen=True)
-class StudySettings:
-    """What one study does (the CLI's options)."""
-
-    proposals: tuple[str, ...] = PROPOSALS
-    replicates: int = 10
-    draws: int = 4000
-    model: int | None = None
-    seed: int = 0
-    flow_iterations: int = 1000
-    jumps: str = "uniform"
-    aux_scale: float | None = None  # None: the prior sd of each coordinate (1 without a prior)
-    repeats: int = 1  # BBE estimates per fitted proposal, each from fresh proposals (the paper's FA protocol: 100)
-    fresh_draws: bool = False  # each replicate's draws from its own reference-engine run (see replicate_draws)
-    draws_per_model: bool = False  # N draws of every model, from runs of their own (suite.studies.bbe_draws)
 
 
 @dataclass

@@ -9,12 +9,11 @@ the true parameters, and from random starts) and the log evidence approximated b
 with H the generalised Gauss-Newton curvature of -log p(D, theta, G) at theta* (J^T J / sigma^2 + I / tau^2, J the
 Jacobian of the residuals). It is an approximation, not a bound; differences of hundreds of nats are what it can tell.
 
-    python -m suite.studies.dag_mlp_edge_evidence --data-seed 0      # about 8 minutes on one core
+    python -m suite.cli.dag_mlp_diagnostics edge-evidence --data-seed 0      # about 8 minutes on one core
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections.abc import Callable
 
@@ -89,14 +88,10 @@ def laplace_log_evidence(problem: SimulatedDAGMLP, adjacency: Tensor, starts: li
     return evidence, best_value, len(active)
 
 
-def main() -> None:
+def run_edge_evidence(data_seed: int = 0, random_starts: int = 3) -> None:
     """Print the evidence of the true graph, the empty graph and every graph one true edge short."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-seed", type=int, default=0)
-    parser.add_argument("--random-starts", type=int, default=3, help="random L-BFGS starts for the true graph")
-    args = parser.parse_args()
     torch.set_num_threads(1)
-    problem = SimulatedDAGMLP(data_seed=args.data_seed)
+    problem = SimulatedDAGMLP(data_seed=data_seed)
     generator = torch.Generator().manual_seed(1)
     truth = problem.true_adjacency
 
@@ -106,9 +101,9 @@ def main() -> None:
         ]
         return [problem.true_theta, *noise]
 
-    full, joint, dim = laplace_log_evidence(problem, truth, starts(args.random_starts))
+    full, joint, dim = laplace_log_evidence(problem, truth, starts(random_starts))
     print(
-        f"data seed {args.data_seed}: true graph ({int(truth.sum())} edges, {dim} parameters): "
+        f"data seed {data_seed}: true graph ({int(truth.sum())} edges, {dim} parameters): "
         f"Laplace {full:.1f}, log joint at the MAP {joint:.1f}"
     )
     empty, _, _ = laplace_log_evidence(problem, torch.zeros_like(truth), [problem.true_theta])
@@ -118,7 +113,3 @@ def main() -> None:
         graph[parent, child] = False
         evidence, _, _ = laplace_log_evidence(problem, graph, starts(1))
         print(f"without {parent} -> {child}: {evidence:.1f} ({evidence - full:+.1f})", flush=True)
-
-
-if __name__ == "__main__":
-    main()

@@ -4,12 +4,11 @@ Tells whether the flow can fit the dense true graph at all: its loss (minus the 
 compared with the graph's Laplace evidence (``dag_mlp_edge_evidence.py``) and with VTI's terminal losses.
 It starts from the method's ``untrained`` flow and model sampler and trains them with the fixed model.
 
-    python -m suite.studies.dag_mlp_fixed_graph_flow --data-seed 0 --iterations 500 --flow-lr 0.01
+    python -m suite.cli.dag_mlp_diagnostics fixed-graph-flow --data-seed 0 --iterations 500 --flow-lr 0.01
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 
 import torch
@@ -34,20 +33,16 @@ class FixedModel:
         """Nothing to learn."""
 
 
-def main() -> None:
+def run_fixed_graph_flow(
+    data_seed: int = 0, iterations: int = 500, flow: str = "affine(3,3)", flow_lr: float = 1e-2
+) -> None:
     """Train and print the mean loss of every 250 iterations' last 50."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-seed", type=int, default=0)
-    parser.add_argument("--iterations", type=int, default=500)
-    parser.add_argument("--flow", default="affine(3,3)")
-    parser.add_argument("--flow-lr", type=float, default=1e-2)
-    args = parser.parse_args()
     torch.set_num_threads(1)
-    problem = make_problem("dag-mlp", data_seed=args.data_seed)
-    method = make_method("vti-mcg", flow=args.flow, flow_lr=args.flow_lr).resolve(problem, "quick")
+    problem = make_problem("dag-mlp", data_seed=data_seed)
+    method = make_method("vti-mcg", flow=flow, flow_lr=flow_lr).resolve(problem, "quick")
     built = method.untrained(problem, RunContext(seed=0, dtype=torch.float32, profile="quick"))
     train_settings = dataclasses.replace(
-        method.train_settings(), num_iterations=args.iterations, grad_clip=50.0, warmup_iterations=0
+        method.train_settings(), num_iterations=iterations, grad_clip=50.0, warmup_iterations=0
     )
     trainer = Trainer(
         problem,
@@ -57,12 +52,8 @@ def main() -> None:
         train_settings,
         built.generator,
     )
-    for iteration in range(args.iterations):
+    for iteration in range(iterations):
         trainer.step(iteration)
         if (iteration + 1) % 250 == 0:
             recent = trainer.trace["loss"][-50:]
             print(f"iteration {iteration + 1}: loss {sum(recent) / len(recent):.1f}", flush=True)
-
-
-if __name__ == "__main__":
-    main()

@@ -33,5 +33,5 @@ TRJ_BLOCKVS = BBEStudy(
     paper_source="TRJ paper Figs. 7 and 9 (80 repetitions, N = 1,000 to 8,000)",
     paper_claim="the flow-based proposals (affine, RQMA-NF, CTRJ) estimate far more precisely than the standard one",
     paper_order=(("rq", "standard"), ("ctrj", "standard"), ("affine", "standard"), ("rq", "affine")),
-    study_arguments=("--fresh-draws",),
+    fresh_draws=True,
 )

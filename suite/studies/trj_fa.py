@@ -46,7 +46,7 @@ TRJ_FA = BBEStudy(
     model=0,
     paper_source="TRJ paper Fig. 5 (10 fits x 100 estimates, N = 2,000 and 16,000)",
     paper_claim="RQMA-NF has the smallest spread around the truth, Lopes & West the largest",
-    study_arguments=("--draws-per-model",),
+    draws_per_model=True,
     budgets=(LARGE_BUDGET,),
     paper_order=(
         ("rq", "standard"),

@@ -61,8 +61,9 @@ def test_an_n_can_have_a_budget_of_its_own(tmp_path: Path) -> None:
 
     study = dataclasses.replace(TINY, budgets=((400, 1, 3),))
     assert study.budget(200) == (2, 2) and study.budget(400) == (1, 3)
-    argv = study.study_argv(400, tmp_path, None)
-    assert argv[argv.index("--replicates") + 1] == "1" and argv[argv.index("--repeats") + 1] == "3"
-    assert study.study_argv(400, tmp_path, 5)[argv.index("--replicates") + 1] == "5"  # --seeds still wins
+    settings = study.study_settings(400, None)
+    assert settings.replicates == 1 and settings.repeats == 3 and settings.draws == 400
+    assert study.study_settings(400, 5).replicates == 5  # --seeds still wins
     fa = STUDIES["trj-fa"]
-    assert "--draws-per-model" in fa.study_argv(fa.draws[0], tmp_path, None)
+    assert fa.study_settings(fa.draws[0], None).draws_per_model
+    assert STUDIES["trj-blockvs"].study_settings(1000, None).fresh_draws

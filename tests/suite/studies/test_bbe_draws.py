@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import torch
 
+from suite.cli import bbe_command
 from suite.core.registry import make_problem
-from suite.studies import bbe_command, bbe_draws, bbe_replicates
+from suite.studies import bbe_draws, bbe_replicates
 
 
 def exact_sas_draws(num_draws: int, seed: int) -> torch.Tensor:

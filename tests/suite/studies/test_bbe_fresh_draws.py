@@ -3,9 +3,10 @@
 import pytest
 import torch
 
+from suite.cli import bbe_command
 from suite.core.registry import make_problem
 from suite.core.types import Draws
-from suite.studies import bbe_command, bbe_replicates
+from suite.studies import bbe_replicates, bbe_study
 
 
 class FakeReference:
@@ -86,7 +87,7 @@ def test_the_cli_passes_the_flag(monkeypatch: pytest.MonkeyPatch, tmp_path) -> N
         captured.append(settings)
         return []
 
-    monkeypatch.setattr(bbe_command, "run_study", fake_run)
+    monkeypatch.setattr(bbe_study, "run_study", fake_run)
     assert bbe_command.main(["sas", "--proposals", "exact", "--fresh-draws", "--out", str(tmp_path)]) == 1
     assert captured[0].fresh_draws
     assert bbe_command.build_parser().parse_args(["sas"]).fresh_draws is False

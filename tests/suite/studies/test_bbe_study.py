@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from suite.studies import bbe_command, bbe_output, bbe_replicates
+from suite.cli import bbe_command
+from suite.studies import bbe_output, bbe_replicates
 
 REPLICATES, DRAWS = 3, 2000
 

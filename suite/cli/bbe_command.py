@@ -1,10 +1,9 @@
-"""``tdbench bbe-study PROBLEM``: the bridge-estimate study's command line (see :mod:`suite.studies.bbe_replicates`)."""
+"""``tdbench bbe-study PROBLEM``: the command line of the bridge-estimate study (:mod:`suite.studies.bbe_study`)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -12,28 +11,9 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only; never needs a display
 
-from suite.core.problem import Problem
 from suite.core.registry import make_problem
-from suite.studies.bbe_output import (
-    default_model,
-    estimates_by_proposal,
-    format_summary,
-    plot_running_estimates,
-    plot_violins,
-    running_records,
-    summary_rows,
-    truth_of,
-    write_csv,
-)
-from suite.studies.bbe_replicates import (
-    MAX_MODELS,
-    PROPOSALS,
-    STUDY_JUMPS,
-    ReplicateResult,
-    StudySettings,
-    run_study,
-    usable_proposals,
-)
+from suite.studies.bbe_settings import PROPOSALS, STUDY_JUMPS, StudySettings
+from suite.studies.bbe_study import RunningPlan, bbe_refusal, run_bbe
 
 
 def _proposal_list(text: str) -> tuple[str, ...]:
@@ -110,67 +90,6 @@ def build_parser(prog: str = "tdbench bbe-study") -> argparse.ArgumentParser:
     return parser
 
 
-def _check(problem: Problem, args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
-    """Refuse what the study cannot do, with exit code 2."""
-    reason = problem.unavailable_reason()
-    if reason:
-        parser.error(f"{args.problem} is unavailable: {reason}")
-    k = problem.num_models
-    if k is None or not 2 <= k <= MAX_MODELS:
-        parser.error(f"{args.problem}: the study needs an enumerable space of 2 to {MAX_MODELS} models, not {k}")
-    if args.model is not None and not 0 <= args.model < k:
-        parser.error(f"--model must be in 0..{k - 1}")
-    if args.replicates < 1 or args.repeats < 1 or args.draws < 2:
-        parser.error("--replicates and --repeats must be >= 1 and --draws >= 2")
-    if args.draws_per_model and not problem.has_prior:
-        parser.error(f"--draws-per-model starts SMC from the prior, and {args.problem} has none")
-
-
-def report_study(problem: Problem, results: Sequence[ReplicateResult], settings: StudySettings, out: Path) -> int:
-    """Write the CSV and the violin plot, print the summary table; returns the model index plotted."""
-    truth, truth_se = truth_of(problem)
-    model = settings.model if settings.model is not None else default_model(problem, results)
-    label = f"P({problem.model_space.identifier(model)})"
-    true_value = None if truth is None else float(truth[model])
-    true_se = None if truth_se is None else float(truth_se[model])
-    csv_path = write_csv(problem, results, out / f"bbe_{problem.name}.csv")
-    repeats = f" x {settings.repeats} repeats" if settings.repeats > 1 else ""
-    title = (
-        f"{problem.name}: Bartolucci bridge estimates of {label}\n"
-        f"N = {settings.draws} training / evaluation draws, R = {settings.replicates}{repeats}, "
-        f"{settings.jumps} jumps"
-    )
-    png = plot_violins(
-        estimates_by_proposal(results, model), label, true_value, true_se, title, out / f"bbe_{problem.name}.png"
-    )
-    print(format_summary(summary_rows(results, model, true_value), label, true_value))
-    print(f"wrote {csv_path} and {png}")
-    return model
-
-
-def report_running(problem: Problem, args: argparse.Namespace, settings: StudySettings, model: int) -> Path | None:
-    """Run trj/ctrj for each usable proposal type and seed, and draw their running estimates of P(model)."""
-    kinds = usable_proposals(problem, settings.proposals, lambda _: None)  # reasons were printed by the study
-    seeds = range(args.running_seeds)
-    records = running_records(problem, kinds, seeds, args.running_budget, settings, args.flow_iterations)
-    if not records:
-        print("running: no run succeeded")
-        return None
-    truth, truth_se = truth_of(problem)
-    label = f"P({problem.model_space.identifier(model)})"
-    path = plot_running_estimates(
-        records,
-        model,
-        None if truth is None else float(truth[model]),
-        args.out / f"running_{problem.name}.png",
-        truth_se=None if truth_se is None else float(truth_se[model]),
-        model_label=label,
-        title=f"{problem.name}: running bridge estimates of {label} ({args.running_budget} budget)",
-    )
-    print(f"wrote {path}")
-    return path
-
-
 def main(argv: Sequence[str] | None = None, prog: str = "tdbench bbe-study") -> int:
     """Run the study from the command line; returns the exit code."""
 
@@ -180,7 +99,6 @@ def main(argv: Sequence[str] | None = None, prog: str = "tdbench bbe-study") -> 
         problem = make_problem(args.problem)
     except (KeyError, ValueError) as exc:
         parser.error(str(exc))
-    _check(problem, args, parser)
     settings = StudySettings(
         proposals=args.proposals,
         replicates=args.replicates,
@@ -194,16 +112,15 @@ def main(argv: Sequence[str] | None = None, prog: str = "tdbench bbe-study") -> 
         fresh_draws=args.fresh_draws,
         draws_per_model=args.draws_per_model,
     )
-    start = time.perf_counter()
-    results = run_study(problem, settings)
-    if not results:
-        print("no proposal type could be evaluated")
-        return 1
-    model = report_study(problem, results, settings, args.out)
-    print(f"study: {time.perf_counter() - start:.1f} s")
+    why = bbe_refusal(problem, settings)
+    if why is not None:
+        parser.error(why)
+    running = None
     if args.running:
-        report_running(problem, args, settings, model)
-    return 0
+        running = RunningPlan(
+            seeds=args.running_seeds, budget=args.running_budget, flow_iterations=args.flow_iterations
+        )
+    return run_bbe(problem, settings, args.out, running)
 
 
 if __name__ == "__main__":
