@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from suite.report import compare as compare_module
-from suite.report.compare import TIMING_METRICS, changes, differences, format_changes
+from suite.report.compare import TIMING_METRICS, changes, differences, format_changes, profiles, unpaired
 from suite.results.records import load_records
 
 
@@ -29,9 +29,17 @@ def main(argv: list[str] | None = None, prog: str = "tdbench compare") -> int:
             print(f"{prog}: error: no records/ folder in {folder}", file=sys.stderr)
             return 2
     before, after = load_records(args.before), load_records(args.after)
-    if not before:
-        print(f"{prog}: error: no records in {args.before}", file=sys.stderr)
-        return 2
+    for folder, records in ((args.before, before), (args.after, after)):
+        if not records:
+            print(f"{prog}: error: no records in {folder}", file=sys.stderr)
+            return 2
+    old_profiles, new_profiles = profiles(before), profiles(after)
+    if old_profiles != new_profiles:
+        print(
+            f"{prog}: warning: OLD ran profile {', '.join(sorted(old_profiles)) or '?'} and NEW "
+            f"{', '.join(sorted(new_profiles)) or '?'}: their settings, and so their numbers, differ by design",
+            file=sys.stderr,
+        )
     if args.exact:
         lines = differences(before, after)
         for line in lines:
@@ -51,4 +59,7 @@ def main(argv: list[str] | None = None, prog: str = "tdbench compare") -> int:
     counts = table["verdict"].value_counts()
     summary = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("better", "worse", "within noise"))
     print(f"\n{len(table)} (problem, method) pairs: {summary} (Welch 95% interval over seeds; docs/metrics.md)")
+    for side, pairs in zip(("OLD", "NEW"), unpaired(before, after), strict=True):
+        if pairs:
+            print(f"only in {side}, not compared ({len(pairs)}): {', '.join(pairs)}")
     return 1 if args.fail_on_worse and counts.get("worse", 0) else 0

@@ -9,6 +9,9 @@ exceeds the reference's Monte Carlo error (:func:`suite.report.verdicts.separate
 ``--exact``: runs are matched by (problem, problem configuration, method, seed); every metric except walltime
 must be bitwise equal (value and standard error). Used to check that a refactoring changed no number; exit
 status 0 when every run of OLD has an identical counterpart in NEW, 1 otherwise (the differences are printed).
+
+Either way the runs (or pairs) found in one folder only are listed, and folders of different profiles (smoke
+against quick, say) are named in a warning: their numbers differ by design.
 """
 
 from __future__ import annotations
@@ -37,15 +40,29 @@ def _same(a: Any, b: Any) -> bool:
     return a == b and type(a) is type(b)
 
 
+def _estimate(estimate: dict[str, Any] | None) -> str:
+    """A metric's value and standard error as text (``absent`` when the run has no such metric)."""
+    if estimate is None:
+        return "absent"
+    value, se = estimate.get("value"), estimate.get("se")
+    return f"{value!r}" if se is None else f"{value!r} (se {se!r})"
+
+
+def profiles(records: list[dict[str, Any]]) -> set[str]:
+    """The profiles (smoke, quick, paper) the records were run with."""
+    return {str((r.get("budget") or {}).get("profile")) for r in records if (r.get("budget") or {}).get("profile")}
+
+
 def differences(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[str]:
-    """One line per run of ``before`` whose status or non-timing metrics differ in ``after`` (or that is missing)."""
+    """One line per run whose status or non-timing metrics differ, or that is in one folder only."""
     later = {_key(record): record for record in after}
+    earlier = {_key(record) for record in before}
     lines = []
     for record in before:
         name = f"{record['problem']} / {record['method']} / seed {record['seed']}"
         other = later.get(_key(record))
         if other is None:
-            lines.append(f"{name}: missing")
+            lines.append(f"{name}: missing in NEW")
             continue
         if record.get("status") != other.get("status"):
             lines.append(f"{name}: status {record.get('status')} -> {other.get('status')}")
@@ -53,8 +70,21 @@ def differences(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> li
         for metric in sorted((metrics.keys() | other_metrics.keys()) - TIMING_METRICS):
             a, b = metrics.get(metric), other_metrics.get(metric)
             if a is None or b is None or not all(_same(a.get(f), b.get(f)) for f in ("value", "se")):
-                lines.append(f"{name}: {metric} {a} -> {b}")
+                lines.append(f"{name}: {metric} {_estimate(a)} -> {_estimate(b)}")
+    for record in after:
+        if _key(record) not in earlier:
+            lines.append(f"{record['problem']} / {record['method']} / seed {record['seed']}: only in NEW")
     return lines
+
+
+def unpaired(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """The (problem, method) pairs found only in OLD, and only in NEW, as ``problem / method``."""
+    pairs_old = {(r["problem"], r["method"]) for r in old}
+    pairs_new = {(r["problem"], r["method"]) for r in new}
+    return (
+        [f"{p} / {m}" for p, m in sorted(pairs_old - pairs_new)],
+        [f"{p} / {m}" for p, m in sorted(pairs_new - pairs_old)],
+    )
 
 
 def changes(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> pd.DataFrame:

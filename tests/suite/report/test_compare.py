@@ -47,7 +47,27 @@ def test_a_changed_metric_or_a_missing_run_is_reported() -> None:
     after = [_record("mf", 0.25 + 1e-16, 1.0)]
     lines = differences(before, after)
     assert any("sas / mf / seed 0: model_prob_tv" in line for line in lines)
-    assert "sas / fr / seed 0: missing" in lines
+    assert "sas / fr / seed 0: missing in NEW" in lines
+    assert "sas / mf / seed 0: model_prob_tv 0.25 -> 0.2500000000000001" in lines  # values, not raw dicts
+    assert differences(after, before)[-1] == "sas / fr / seed 0: only in NEW"
+
+
+def test_unpaired_runs_and_other_profiles_are_named(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Runs in one folder only are listed, never silently dropped; smoke against quick is warned about."""
+    _write(tmp_path / "a", _record("mf", 0.25, 1.0))
+    smoke = _record("mf", 0.25, 1.0)
+    smoke["budget"] = {"profile": "smoke"}
+    _write(tmp_path / "b", smoke)
+    _write(tmp_path / "b", _record("fr", 0.5, 1.0))
+    assert main([str(tmp_path / "a"), str(tmp_path / "b"), "--exact"]) == 1
+    captured = capsys.readouterr()
+    assert "sas / fr / seed 0: only in NEW" in captured.out
+    assert "OLD ran profile quick and NEW quick, smoke" in captured.err
+    assert main([str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    assert "only in NEW, not compared (1): sas / fr" in capsys.readouterr().out
+    (tmp_path / "empty" / "records").mkdir(parents=True)
+    assert main([str(tmp_path / "a"), str(tmp_path / "empty")]) == 2
+    assert "no records in" in capsys.readouterr().err
 
 
 def test_replay_counts_are_read_from_timed_records_only(tmp_path: Path) -> None:
