@@ -64,8 +64,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "--seeds",
         type=int,
         default=None,
-        help="seeds per (problem, method), seeds 0..N-1 (default: 2 smoke, 2 quick, 10 paper; "
-        "a method may ask for fewer in a profile, e.g. the VTI methods run 1 seed in quick)",
+        help="seeds per (problem, method), seeds 0..N-1 (default: 2 smoke, 3 quick, 10 paper; a method may ask "
+        "for another number in a profile, Method.default_seeds, which no shipped method does)",
     )
     parser.add_argument(
         "--data-sets",
