@@ -210,8 +210,10 @@ def summary_table(long: pd.DataFrame, problem: str, records: list[dict[str, Any]
     if info:
         for name in info["columns"]:
             table[name] = [columns.get(m, {}).get(name, math.nan) for m in table["method"]]
-    rows = verdicts(method_scores(records, problem), lower_is_better=key not in higher, seed=problem_seed(problem))
+    scores = method_scores(records, problem)
+    rows = verdicts(scores, lower_is_better=key not in higher, seed=problem_seed(problem))
     verdict = {row.method: row for row in rows}
+    _show_ranked_values(table, key, scores)
     position = {row.method: i for i, row in enumerate(rows)}
     table["ranked_mean"] = [verdict[m].mean if m in verdict else math.nan for m in table["method"]]
     table["ci_low"] = [verdict[m].ci_low if m in verdict else math.nan for m in table["method"]]
@@ -229,6 +231,24 @@ def summary_table(long: pd.DataFrame, problem: str, records: list[dict[str, Any]
         verdict=tie_text(rows),
     )
     return table
+
+
+def _show_ranked_values(table: pd.DataFrame, metric: str, scores: dict[str, Scores]) -> None:
+    """Where a method has runs over budget, its ``metric`` column becomes the value ranked (at the budget).
+
+    Every output reads the table, so the terminal, the CSV and the Markdown show the number the ranking used; the
+    final value, which the over-budget runs reached only after their budget, is kept as ``<metric>_final``.
+    """
+    if metric not in table or "over_budget" not in table or not table["over_budget"].gt(0).any():
+        return
+    final = f"{metric}_final"
+    table[final] = math.nan
+    for position, method in enumerate(table["method"]):
+        if table["over_budget"].iat[position] and method in scores and scores[method].values:
+            ranked, ranked_se = mean_and_se(pd.Series(scores[method].values, dtype=float))
+            table.loc[table.index[position], final] = table[metric].iat[position]
+            table.loc[table.index[position], metric] = ranked
+            table.loc[table.index[position], f"{metric}_se"] = ranked_se
 
 
 def is_computed_nan(table: pd.DataFrame, method: str, column: str) -> bool:
@@ -512,6 +532,11 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
             format_mean_se(m, s, e, is_computed_nan(table, method, metric), metric)
             for method, m, s, e in zip(table["method"], table[metric], table[f"{metric}_se"], mc, strict=True)
         ]
+        if f"{metric}_final" in table:  # over budget: the value ranked, and beside it the final one
+            shown[metric] = [
+                cell if math.isnan(final) else f"{cell} (final {final:.3g})"
+                for cell, final in zip(shown[metric], table[f"{metric}_final"], strict=True)
+            ]
     if "over_budget" in table and table["over_budget"].gt(0).any():
         pairs = zip(table["over_budget"], table["runs"], strict=True)
         shown["over_budget"] = [f"{k}/{n}" if k else "" for k, n in pairs]

@@ -85,7 +85,11 @@ def format_problem(problem: str, table: pd.DataFrame, reference: str | None = No
         runs += f" ({int(row['over_budget'])} over budget)" if row.get("over_budget", 0) else ""
         rank = format_rank(row.get("rank_low"), row.get("rank_high"))
         rank = f"={rank}" if row.get("tied_with_best") else rank
-        cells = [method, runs, rank, _mean_se(table, row, main), short_seconds(float(row.get("walltime_s", math.nan)))]
+        main_cell = _mean_se(table, row, main)
+        final = row.get(f"{main}_final", math.nan)
+        if isinstance(final, float) and not math.isnan(final):  # over budget: ranked at the budget, final beside
+            main_cell += f" (final {final:.3g})"
+        cells = [method, runs, rank, main_cell, short_seconds(float(row.get("walltime_s", math.nan)))]
         cells += [_mean_se(table, row, metric) for metric in extra]
         rows.append(cells)
     if rows:

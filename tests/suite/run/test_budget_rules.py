@@ -21,8 +21,9 @@ from suite.core.context import ComputeClock, RunContext, RunningEstimate
 from suite.core.method import Method, Result
 from suite.core.types import ModelProbs
 from suite.report.html import render_page
-from suite.report.leaderboard import display_table, long_table, summary_table, trace_columns
+from suite.report.leaderboard import display_table, long_table, summary_table, table_csv, to_markdown, trace_columns
 from suite.report.readme_table import results_table
+from suite.report.terminal import format_problem
 from suite.results.records import over_budget
 from suite.run.runner import execute
 from suite.run.spec import GridSpec
@@ -183,3 +184,31 @@ def test_a_budget_is_checked_once_where_it_enters_and_carried_as_a_time_budget(m
     for bad in (0, -1, math.inf, True, "8", budget.MAX_TIME_BUDGET_S * 2):
         with pytest.raises(ValueError, match="time budget"):
             RunContext(seed=0, time_budget_s=bad)
+
+
+def test_an_over_budget_run_shows_the_value_ranked_everywhere(fake_time: FakeTime, tmp_path: Path) -> None:
+    """Terminal, CSV, Markdown, page and README table give the value at the budget, and the final one beside it."""
+    records = [r for r in _leaderboard_records(fake_time) if r["method"] == "late"]
+    at_budget = [
+        [v for t, v in zip(r["trace"]["seconds"], r["trace"]["metrics"]["model_prob_tv"], strict=True) if t <= BUDGET][
+            -1
+        ]
+        for r in records
+    ]
+    ranked = f"{sum(at_budget) / len(at_budget):.3g}"
+    final = f"{sum(r['metrics']['model_prob_tv']['value'] for r in records) / len(records):.3g}"
+    assert ranked != final
+    table = summary_table(long_table(records), "sas", records)
+    terminal = "\n".join(format_problem("sas", table))
+    markdown = to_markdown(display_table(table))
+    table_csv(table, tmp_path / "leaderboard.csv")
+    csv = (tmp_path / "leaderboard.csv").read_text()
+    page = render_page(records, tmp_path).split('data-problem="sas"', 1)[1].split("</tr>", 1)[0]
+    readme = results_table(records)
+    for name, text in (("terminal", terminal), ("markdown", markdown), ("page", page), ("readme", readme)):
+        assert ranked in text, (name, ranked, text[:2000])
+    assert f"(final {final})" in terminal and f"(final {final})" in markdown
+    row = csv.splitlines()[1].split(",")
+    header = csv.splitlines()[0].split(",")
+    assert float(row[header.index("model_prob_tv")]) == pytest.approx(float(ranked), rel=1e-2)
+    assert float(row[header.index("model_prob_tv_final")]) == pytest.approx(float(final), rel=1e-2)
