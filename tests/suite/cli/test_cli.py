@@ -361,3 +361,13 @@ def test_methods_all_leaves_out_methods_planned_only_in_other_profiles(tmp_path:
     grid = plan_grid(*cli.grid_from_argv([*argv, "--methods", "bges", "--out", str(tmp_path)]))
     planned, skipped = grid.runs, grid.skipped
     assert [run.method.name for run in planned] == ["bges"] or [s.method for s in skipped] == ["bges"]
+
+
+def test_python_m_tdbench_is_the_command(tmp_path: Path) -> None:
+    """``python -m tdbench`` works where the environment's scripts folder is not on PATH (issue 54)."""
+    listed = subprocess.run([sys.executable, "-m", "tdbench", "list"], capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0 and "Problems" in listed.stdout and "rjmcmc-baseline" in listed.stdout
+    refused = subprocess.run(
+        [sys.executable, "-m", "tdbench", "run", "--profile", "bogus"], capture_output=True, text=True, timeout=120
+    )
+    assert refused.returncode == 2 and "python -m tdbench run: error" in refused.stderr
