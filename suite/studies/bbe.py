@@ -48,6 +48,8 @@ class BBEStudy:
     #: How the draws are made (``tdbench bbe-study --fresh-draws`` / ``--draws-per-model``; StudySettings).
     fresh_draws: bool = False
     draws_per_model: bool = False
+    #: How long the whole study took on the project's 2-core machine (docs/studies.md), printed when it starts.
+    expected_runtime: str = ""
     #: (N, fits, estimates per fit) where an N gets a budget other than ``replicates`` x ``repeats``.
     budgets: tuple[tuple[int, int, int], ...] = ()
 
@@ -117,14 +119,18 @@ class BBEStudy:
         """Each of the paper's (better, worse) pairs at the largest N measured: holds or not, with the RMSEs."""
         if table.empty:
             return []
-        last = table[table["draws"] == table["draws"].max()].set_index("proposal")["rmse"]
+        largest = table[table["draws"] == table["draws"].max()].set_index("proposal")
+        last, estimates = largest["rmse"], largest["estimates"]
         lines = []
         for better, worse in self.paper_order:
             if better not in last or worse not in last:
                 continue
-            holds = last[better] < last[worse]
-            verdict = "holds" if holds else "does not hold"
-            lines.append(f"{better} better than {worse}: {verdict} (RMSE {last[better]:.4f} against {last[worse]:.4f})")
+            rmse = f"RMSE {last[better]:.4f} against {last[worse]:.4f}"
+            if min(estimates[better], estimates[worse]) < 2:  # one estimate has no spread: no ordering to judge
+                lines.append(f"{better} better than {worse}: not judged, one estimate each ({rmse}; run more fits)")
+                continue
+            verdict = "holds" if last[better] < last[worse] else "does not hold"
+            lines.append(f"{better} better than {worse}: {verdict} ({rmse})")
         return lines
 
     def run(self, out: Path, seeds: int | None = None, force: bool = False) -> int:
@@ -134,6 +140,10 @@ class BBEStudy:
         problem = make_problem(self.problem)
         out.mkdir(parents=True, exist_ok=True)
         print(f"Study {self.name}: {self.description}\nResults in {out}; each N's estimates in {out}/n<N>/")
+        if seeds is not None:
+            print(f"--seeds {seeds}: {seeds} fit{'s' if seeds != 1 else ''} per N, in place of the counts above")
+        if self.expected_runtime:
+            print(f"Expected runtime: {self.expected_runtime} on a 2-core machine, with the default fits")
         status = 0
         for draws in self.draws:
             if self.csv_of(out, draws).exists() and not force:

@@ -75,4 +75,5 @@ CLASSICS = Study(
     grid={"profile": "quick", "seeds": 3},
     paper_source="no sampler errors are reported by the papers; their posterior figures are in the details",
     details=answers_details,
+    expected_runtime="about 20 minutes",
 )

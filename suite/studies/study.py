@@ -58,6 +58,8 @@ class Study:
     details: Callable[[Study, Path], str] | None = None
     #: :class:`~suite.run.Execution` fields every variant's run gets (jobs, progress); ``out`` and ``force`` are set.
     execution: Mapping[str, Any] = field(default_factory=lambda: {"progress": False})
+    #: How long the whole study took on the project's 2-core machine (docs/studies.md), printed when it starts.
+    expected_runtime: str = ""
 
     def variant_grid(
         self, variant: Variant, out: Path, seeds: int | None, force: bool, data_sets: int | None = None
@@ -175,6 +177,8 @@ def run_study(
     """Run every variant (finished runs are kept), then write and print the comparison; the exit code."""
     out.mkdir(parents=True, exist_ok=True)
     print(f"Study {study.name}: {study.description}\nResults in {out}; each variant's runs in {out}/<variant>/")
+    if study.expected_runtime:
+        print(f"Expected runtime: {study.expected_runtime} on a 2-core machine, with the default seeds")
     if study.prepare is not None:
         study.prepare(out)
     status = 0

@@ -34,4 +34,5 @@ TRJ_BLOCKVS = BBEStudy(
     paper_claim="the flow-based proposals (affine, RQMA-NF, CTRJ) estimate far more precisely than the standard one",
     paper_order=(("rq", "standard"), ("ctrj", "standard"), ("affine", "standard"), ("rq", "affine")),
     fresh_draws=True,
+    expected_runtime="about 11 minutes",
 )

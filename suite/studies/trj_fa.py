@@ -56,4 +56,5 @@ TRJ_FA = BBEStudy(
         ("affine", "lopes-west"),
         ("ctrj", "lopes-west"),
     ),
+    expected_runtime="about 47 minutes",
 )

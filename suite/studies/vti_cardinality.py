@@ -133,4 +133,5 @@ VTI_CARDINALITY = Study(
     paper_source="VTI paper Fig. 4 (robust-vs, 2^9 to 2^24 models, 30,000 iterations; a figure, no numbers)",
     figure=plot_cardinality,
     details=cardinality_details,
+    expected_runtime="about 45 minutes",
 )

@@ -130,4 +130,5 @@ VTI_ROBUST_VS = Study(
     paper_source="VTI paper Fig. 2 (10,000 iterations at batch 1,024; scatter plots, no numbers)",
     prepare=make_references,
     figure=plot_fig2,
+    expected_runtime="about 50 minutes",
 )

@@ -67,3 +67,17 @@ def test_an_n_can_have_a_budget_of_its_own(tmp_path: Path) -> None:
     fa = STUDIES["trj-fa"]
     assert fa.study_settings(fa.draws[0], None).draws_per_model
     assert STUDIES["trj-blockvs"].study_settings(1000, None).fresh_draws
+
+
+def test_one_estimate_each_judges_no_ordering() -> None:
+    """An RMSE from a single estimate has no spread: the paper's ordering is not judged from it (issue 54)."""
+    table = pd.DataFrame(
+        {"draws": [200, 200], "proposal": ["exact", "affine"], "rmse": [0.01, 0.05], "estimates": [1, 1]}
+    )
+    (line,) = TINY.ordering(table)
+    assert line.startswith("exact better than affine: not judged, one estimate each") and "holds" not in line
+    assert "holds" in TINY.ordering(table.assign(estimates=[2, 2]))[0]
+
+
+def test_every_study_says_how_long_it_takes() -> None:
+    assert all(study.expected_runtime for study in STUDIES.values())
