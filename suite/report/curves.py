@@ -87,7 +87,7 @@ def draw_curves(problem: str, records: list[dict[str, Any]]) -> Any | None:
     ax.set_yscale("log")
     ax.set_xlabel("compute seconds")
     clipped = any((v < floor).any() for _, med, lo, hi in curves.values() for v in (med, lo, hi))
-    ax.set_ylabel(f"{metric} (0 drawn at {floor:.0e})" if clipped else metric)
+    ax.set_ylabel(f"{metric} (log scale; a value of 0 is drawn at {floor:.0e})" if clipped else metric)
     profiles = sorted({str((rec.get("budget") or {}).get("profile")) for rec in mine} - {"None"})
     profile = f", profile {'/'.join(profiles)}" if profiles else ""
     ax.set_title(f"{problem}: {metric} along the runs (median, min-max over seeds{profile})", fontsize=10)

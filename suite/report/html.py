@@ -73,7 +73,7 @@ td.failed { background: repeating-linear-gradient(45deg, #f8d7da, #f8d7da 6px, #
   color: #8b0000; font-weight: bold; }
 td.missing { background: #fff; color: #bbb; }
 .partial { color: #8b0000; font-size: 0.8em; }
-.over { color: #8a5a00; font-size: 0.8em; }
+.over { color: #8a5a00; font-size: 0.8em; border: 1px solid #d9b66b; border-radius: 3px; padding: 0 0.25em; }
 .legend span { display: inline-block; padding: 0.1em 0.6em; margin-right: 0.6em; border: 1px solid #ccc; }
 figure { margin: 0.8em 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { font-size: 0.85em; color: #555; }
@@ -245,7 +245,7 @@ def _overview(
         '<span class="na" style="background:#eee">n/a</span> method does not apply; '
         '<span style="color:#8b0000">failed</span> every run failed (reason on hover and listed below); '
         '<span class="partial">&#9888; k</span> k runs failed; '
-        '<span class="over">&#9201; over budget</span> a run overshot the time budget by more than 10% (never '
+        '<span class="over">over budget</span> a run overshot the time budget by more than 10% (never '
         "starred; scored by what it had estimated by the budget); "
         "<span>&middot;</span> not run; -: the method does not compute the metric. Values: the mean over seeds of "
         "the main metric at the common budget when the problem's runs share one, else of its final value (the "
@@ -335,7 +335,7 @@ def _matrix_cell(
     partial = ""
     late = int(row.get("over_budget", 0) or 0)
     if late:
-        partial += ' <span class="over">&#9201; over budget</span>'
+        partial += ' <span class="over">over budget</span>'
         tip += f"; {late} run{'s' if late != 1 else ''} over the time budget (scored by its estimates at the budget)"
     if failed:
         partial = f' <span class="partial">&#9888; {failed}</span>'

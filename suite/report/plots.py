@@ -122,7 +122,7 @@ def plot_model_probs(problem: str, records: list[dict[str, Any]], path: Path) ->
     if bars:  # shared axes share their ticks: set once
         axes.flat[0].set_xticks(x, models, rotation=90 if len(models) > 3 else 0, fontsize=7)
     for ax in axes[:, 0]:
-        ax.set_ylabel("probability" if bars else f"estimate (0 drawn at {floor:.0e})", fontsize=8)
+        ax.set_ylabel("probability" if bars else f"estimate (log scale; 0 drawn at {floor:.0e})", fontsize=8)
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=8, frameon=False)
     fig.suptitle(f"{problem}: model probabilities, one panel per method against the truth", fontsize=10)

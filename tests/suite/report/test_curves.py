@@ -60,7 +60,7 @@ def test_one_line_per_method_with_its_style_and_png_written(tmp_path) -> None:
         colour, marker = METHOD_STYLES[method]
         assert to_rgba(lines[method].get_color()) == to_rgba(colour) and lines[method].get_marker() == marker
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
-    assert min(ax.get_lines()[0].get_ydata()) > 0 and "0 drawn at" in ax.get_ylabel()  # ctrj's 0 at the floor
+    assert min(ax.get_lines()[0].get_ydata()) > 0 and "a value of 0 is drawn at" in ax.get_ylabel()
     assert "sas" in ax.get_title() and "quick" in ax.get_title()
     plt.close(fig)
     path = plot_curves("sas", records, tmp_path / "c.png")
