@@ -185,7 +185,7 @@ def format_bbe_table(table: pd.DataFrame) -> str:
         lines.append(
             f"| {row['draws']:,} | {row['proposal']} | {row['estimates']} ({row['fits']}) | {row['mean']:.4f} | "
             f"{row['sd']:.4f} | {row['rmse']:.4f} | {row['reference']:.4f} ± {row['reference_se']:.4f} | "
-            f"{row['acceptance']:.3g} | {row['fit_seconds']:.1f} |"
+            f"{row['acceptance']:.3g} | {row['fit_seconds']:.2g} |"
         )
     return "\n".join(lines)
 
@@ -210,9 +210,10 @@ def plot_bbe(study: BBEStudy, out: Path, path: Path) -> Path:
         ax.set_xticks(range(1, len(names) + 1), names)
         ax.set_title(f"N = {draws:,} draws per set", fontsize=10)
         ax.set_ylabel(f"estimate of P({frame['model'].iloc[0]})")
-        ax.legend(fontsize=8, loc="best")
+        # Below the panel: inside it the legend hid estimates at the edges (the standard proposal's 0.0).
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), frameon=False)
     fig.suptitle(f"{study.name}: {study.paper_source}", fontsize=9)
-    return write_figure(fig, path)
+    return write_figure(fig, path, fit_box=True)
 
 
 def write_bbe_html(study: BBEStudy, table: pd.DataFrame, verdicts: list[str], out: Path, figure: Path) -> Path:

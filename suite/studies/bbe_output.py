@@ -123,15 +123,21 @@ def summary_rows(results: Sequence[ReplicateResult], model: int, truth: float | 
 
 
 def format_summary(rows: Sequence[dict[str, Any]], label: str, truth: float | None) -> str:
-    """The summary rows as a fixed-width table."""
-    head = f"BBE of {label} (truth {'unknown' if truth is None else f'{truth:.4f}'})"
-    columns = ("n", 5), ("mean", 10), ("sd", 10), ("rmse", 10), ("accept", 9), ("fit s", 9), ("not eq10", 10)
+    """The summary rows as a fixed-width table, with a line on what ``fallbacks`` counts."""
+    head = f"BBE of {label} (reference {'unknown' if truth is None else f'{truth:.4f}'})"
+    columns = ("n", 5), ("mean", 10), ("sd", 10), ("rmse", 10), ("accept", 9), ("fit s", 9), ("fallbacks", 10)
     lines = [head, "proposal    " + "".join(f"{name:>{width}}" for name, width in columns)]
     for row in rows:
+        seconds = row["fit_seconds"]
+        fit = f"{seconds:.3g}" if seconds >= 0.01 else "<0.01"
         lines.append(
             f"{row['proposal']:<12}{row['estimates']:>5}{row['mean']:>10.4f}{row['sd']:>10.4f}"
-            f"{row['rmse']:>10.4f}{row['acceptance']:>9.3f}{row['fit_seconds']:>9.2f}{row['fallbacks']:>10}"
+            f"{row['rmse']:>10.4f}{row['acceptance']:>9.3f}{fit:>9}{row['fallbacks']:>10}"
         )
+    lines.append(
+        "fallbacks: estimates made by the least-squares bridge because the Bartolucci estimate (TRJ eq. 10) "
+        "lacked a pair of models"
+    )
     return "\n".join(lines)
 
 
