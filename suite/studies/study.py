@@ -171,6 +171,17 @@ def write_html(study: Study, table: pd.DataFrame, out: Path, figure: Path, extra
     return path
 
 
+def variant_line(label: str, code: int, seconds: float, records: list[dict[str, Any]], log: Path) -> str:
+    """The line a study prints after a variant: exit code, time, and how many of its runs succeeded."""
+    ok = sum(1 for record in records if record.get("status") == "ok")
+    runs = len(records)
+    if runs and ok == 0:
+        counted = f"all {runs} runs failed"
+    else:
+        counted = f"{ok} of {runs} runs ok" + (f", {runs - ok} failed" if ok < runs else "")
+    return f"  {label}: exit {code} in {seconds:.0f} s, {counted} (log: {log})"
+
+
 def run_study(
     study: Study, out: Path, seeds: int | None = None, force: bool = False, data_sets: int | None = None
 ) -> int:
@@ -196,7 +207,7 @@ def run_study(
         finally:
             write_atomically(log, lambda tmp, lines=lines: tmp.write_text("\n".join(lines) + "\n"))
         code = outcome.status
-        print(f"  {variant.label}: exit {code} in {time.perf_counter() - start:.0f} s (log: {log})")
+        print(variant_line(variant.label, code, time.perf_counter() - start, outcome.records, log))
         status = max(status, code)
     table = study.table(out)
     write_atomically(out / f"{study.name}.csv", lambda tmp: table.to_csv(tmp, index=False))

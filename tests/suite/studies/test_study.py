@@ -9,7 +9,7 @@ import pytest
 from suite.cli import main
 from suite.studies import STUDIES
 from suite.studies.mif_ablations import MIF_ABLATIONS, PAPER
-from suite.studies.study import Study, Variant, format_table, run_study
+from suite.studies.study import Study, Variant, format_table, run_study, variant_line
 
 TINY_TRAINING = {"num_iterations": 30, "learning_rates": [0.01], "batch_size": 16, "evidence_draws": 256}
 TINY = Study(
@@ -61,7 +61,8 @@ def test_a_small_study_runs_end_to_end_and_writes_its_table(tmp_path: Path, caps
     assert "mif-w-o-t-i/index.html" in (tmp_path / "index.html").read_text()
     markdown = (tmp_path / "tiny.md").read_text()
     assert "| MIF (w/o t_i) |" in markdown and "0.38" in markdown
-    assert "(2 runs)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "(2 runs)" in out and "MIF: exit 0 in" in out and "2 of 2 runs ok (log:" in out
     # Finished runs are kept: a second call runs nothing new and gives the same table.
     assert run_study(TINY, tmp_path) == 0
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "tiny.csv"), table)
@@ -82,3 +83,11 @@ def test_an_unknown_study_is_refused_naming_the_valid_ones(capsys: pytest.Captur
     assert exit_info.value.code == 2
     assert "mif-ablations" in capsys.readouterr().err
     assert main(["study", "mif-ablations", "--seeds", "0"]) == 2
+
+
+def test_a_variant_line_says_how_many_runs_failed(tmp_path: Path) -> None:
+    """A variant whose every run failed still exits 0 (failures are results), and its line says so (issue 54)."""
+    failed = [{"status": "failed"}, {"status": "failed"}]
+    assert "exit 0 in 3 s, all 2 runs failed" in variant_line("A", 0, 3.2, failed, tmp_path / "a.log")
+    assert "1 of 2 runs ok, 1 failed" in variant_line("A", 0, 3.2, [{"status": "ok"}, *failed[:1]], tmp_path / "a.log")
+    assert "2 of 2 runs ok (log:" in variant_line("A", 0, 3.2, [{"status": "ok"}] * 2, tmp_path / "a.log")
