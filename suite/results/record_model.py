@@ -41,6 +41,7 @@ from suite.results.schema import LOWER_IS_BETTER, MAX_COUNT, TOLERANCE, in_bound
 #: The record format this version writes (the ``schema`` field). Version 1 is the only one so far; records without
 #: the field were written before it existed and have the same format.
 FORMAT_VERSION = 1
+#: A run's outcome (suite.results.records names them OK, FAILED, NOT_APPLICABLE).
 STATUSES = ("ok", "failed", "not_applicable")
 
 

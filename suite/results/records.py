@@ -33,7 +33,7 @@ from typing import Any
 
 from suite.core.budget import is_over_budget
 from suite.core.files import CHECKPOINTS_DIR, TEMPORARY_SUFFIX, read_regular_bytes, write_temporary
-from suite.results.record_model import FORMAT_VERSION, format_problem, migrate
+from suite.results.record_model import FORMAT_VERSION, STATUSES, format_problem, migrate
 
 #: The format version written in every record's ``schema`` field (:mod:`suite.results.record_model`).
 SCHEMA_VERSION = FORMAT_VERSION
@@ -48,8 +48,7 @@ REQUIRED_KEYS: dict[str, type] = {
 }
 #: A run's outcome: it finished ("ok") or its method failed or was stopped ("failed"); the planner's row for a
 #: method that does not apply to a problem ("not_applicable") is never written as a file.
-OK, FAILED, NOT_APPLICABLE = "ok", "failed", "not_applicable"
-STATUSES = (OK, FAILED, NOT_APPLICABLE)
+OK, FAILED, NOT_APPLICABLE = STATUSES
 #: Key marking a run that ended without its record (its worker died): kept for the run's summary, never written.
 LOST = "lost"
 #: Seconds after which a temporary file whose name carries no process id (older versions) counts as left over.

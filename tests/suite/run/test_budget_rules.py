@@ -208,7 +208,8 @@ def test_an_over_budget_run_shows_the_value_ranked_everywhere(fake_time: FakeTim
     for name, text in (("terminal", terminal), ("markdown", markdown), ("page", page), ("readme", readme)):
         assert ranked in text, (name, ranked, text[:2000])
     assert f"(final {final})" in terminal and f"(final {final})" in markdown
+    # ranked and final are printed to 3 significant digits: the CSV's full values agree to within 5e-3 relative.
     row = csv.splitlines()[1].split(",")
     header = csv.splitlines()[0].split(",")
-    assert float(row[header.index("model_prob_tv")]) == pytest.approx(float(ranked), rel=1e-2)
-    assert float(row[header.index("model_prob_tv_final")]) == pytest.approx(float(final), rel=1e-2)
+    assert float(row[header.index("model_prob_tv")]) == pytest.approx(float(ranked), rel=5e-3)
+    assert float(row[header.index("model_prob_tv_final")]) == pytest.approx(float(final), rel=5e-3)
