@@ -1,5 +1,6 @@
 """Built-in benchmark problems; importing this package registers them."""
 
+import suite.store.references  # noqa: F401  (installs the reader of Problem.stored_reference)
 from problems import (  # noqa: F401  (each registers its problems)
     block_vs,
     coal_mining,

@@ -3,7 +3,7 @@
 The benchmark itself (problems, methods, the runner) lives in the ``suite``, ``problems`` and ``methods``
 packages; reading results needs none of them. Importing ``tdbench`` checks that ``import suite`` finds the
 ``suite`` installed beside it, not another package of that generic name (docs/plugins.md, "Installed names";
-``suite.core.origin`` checks ``methods`` and ``problems``, but cannot run when ``suite`` itself is another one).
+``suite.origin`` checks ``methods`` and ``problems``, but cannot run when ``suite`` itself is another one).
 """
 
 from __future__ import annotations

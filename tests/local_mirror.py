@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from suite.core import data
+from suite.data import locate
 
 
 @contextlib.contextmanager
@@ -19,7 +19,7 @@ def local_mirror(handler: type[http.server.BaseHTTPRequestHandler], monkeypatch:
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{httpd.server_address[1]}/mirror"
-    monkeypatch.setenv(data.URL_VAR, base)
+    monkeypatch.setenv(locate.URL_VAR, base)
     for var in ("NO_PROXY", "no_proxy"):  # never through a proxy
         monkeypatch.setenv(var, "127.0.0.1,localhost")
     try:

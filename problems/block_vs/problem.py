@@ -28,11 +28,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from suite.core.data import DataUnavailable, locate, unavailable_reason
 from suite.core.model_space import CategoricalSpace
 from suite.core.problem import LOG_SQRT_2PI, Problem
 from suite.core.registry import register_problem
 from suite.core.tensor_ops import DeviceCache, rows
+from suite.data.locate import DataUnavailable, locate, unavailable_reason
 
 DATA_FILE = "block_vs.csv"
 NUM_ROWS = 80

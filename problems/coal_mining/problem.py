@@ -29,12 +29,12 @@ import torch
 from torch import Tensor
 
 from problems.coal_mining import exact, transform
-from suite.core.data import DataUnavailable, locate, unavailable_reason
 from suite.core.model_space import CountSpace
 from suite.core.problem import Problem
 from suite.core.registry import register_problem
 from suite.core.tensor_ops import DeviceCache, host_generator, row_sum
 from suite.core.types import Draws, ModelProbs
+from suite.data.locate import DataUnavailable, locate, unavailable_reason
 
 DATA_FILE = "coal.csv"
 NUM_EVENTS = 191

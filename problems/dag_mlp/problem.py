@@ -32,11 +32,11 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from problems.dag_mlp.space import PermutationDAGSpace
-from suite.core import data as data_files
 from suite.core.problem import Problem
 from suite.core.registry import register_problem
 from suite.core.tensor_ops import DeviceCache
 from suite.core.types import Draws, Estimate, ModelProbs
+from suite.data import locate
 from suite.graphs.metrics import HIGHER_IS_BETTER
 from suite.scoring.graphs import graph_task_metrics
 
@@ -352,7 +352,7 @@ class SachsDAGMLP(DAGMLP):
 
     App. F.5 settings: with-bias MLPs of width 5, edge penalty gamma = 200, sigma = tau = 1. The data are
     log-transformed, centred per column and divided by the single standard deviation of all entries (the
-    authors' preprocessing). The files come from the data loader (``suite.core.data``); without them the problem is
+    authors' preprocessing). The files come from the data loader (``suite.data.locate``); without them the problem is
     unavailable with a message saying what to put where.
     """
 
@@ -394,9 +394,9 @@ class SachsDAGMLP(DAGMLP):
             self._load()
 
     def _load(self) -> None:
-        with open(data_files.locate(SACHS_DATA)) as handle:
+        with open(locate.locate(SACHS_DATA)) as handle:
             names = handle.readline().strip().split(",")
-        raw = np.loadtxt(data_files.locate(SACHS_DATA), delimiter=",", skiprows=1)
+        raw = np.loadtxt(locate.locate(SACHS_DATA), delimiter=",", skiprows=1)
         if raw.shape[1] != self.num_nodes or (raw <= 0).any():
             raise ValueError(f"{SACHS_DATA}: expected 11 positive columns, got shape {raw.shape}")
         x = np.log(raw)
@@ -405,7 +405,7 @@ class SachsDAGMLP(DAGMLP):
         self.node_names = names
         truth = torch.zeros(self.num_nodes, self.num_nodes, dtype=torch.bool)
         lookup = {name: i for i, name in enumerate(names)}
-        with open(data_files.locate(SACHS_EDGES)) as handle:
+        with open(locate.locate(SACHS_EDGES)) as handle:
             lines = [line.strip().replace('"', "") for line in handle if line.strip()]
         for line in lines[1:]:
             cause, effect = line.split(",")
@@ -420,4 +420,4 @@ class SachsDAGMLP(DAGMLP):
 
     def unavailable_reason(self) -> str | None:
         """Why the Sachs files cannot be read here, or None."""
-        return data_files.unavailable_reason(SACHS_DATA, SACHS_EDGES)
+        return locate.unavailable_reason(SACHS_DATA, SACHS_EDGES)

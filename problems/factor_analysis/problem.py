@@ -31,11 +31,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from suite.core.data import DataUnavailable, locate
 from suite.core.model_space import CategoricalSpace
 from suite.core.problem import LOG_SQRT_2PI, Problem
 from suite.core.registry import register_problem
 from suite.core.tensor_ops import DeviceCache, rows
+from suite.data.locate import DataUnavailable, locate
 
 DATA_FILE = "fa_exchange_rates.npy"
 NUM_SERIES = 6

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from suite.core.data import DataUnavailable, locate
+from suite.data.locate import DataUnavailable, locate
 
 #: Data choices: name -> (file, number of values, (sorted position, value) checked on load).
 DATA_SETS = {

@@ -24,11 +24,11 @@ import torch
 from torch import Tensor
 
 from problems.galaxy.data import DATA_SETS, load
-from suite.core.data import DataUnavailable, unavailable_reason
 from suite.core.model_space import CountSpace
 from suite.core.problem import LOG_SQRT_2PI, Problem
 from suite.core.registry import register_problem
 from suite.core.tensor_ops import DeviceCache, rows
+from suite.data.locate import DataUnavailable, unavailable_reason
 
 #: RG's prior constants (Sec. 2.2 and 4): Dirichlet delta, precision shape alpha, hyperprior shape g; the rate
 #: h and kappa scale with the data range R (h = H_TIMES_R2 / R^2, kappa = 1 / R^2).

@@ -31,12 +31,12 @@ from problems.conjugate_vs import posterior
 from problems.conjugate_vs.posterior import PRIORS, ConjugatePrior, Sufficient
 from problems.enumerated import exact_answers, exact_joint_entropy, exact_model_probs
 from problems.lynx_ar.data import DATA_FILE, NUM_YEARS, lagged, load_lynx
-from suite.core.data import unavailable_reason
 from suite.core.model_space import CountSpace
 from suite.core.problem import Problem
 from suite.core.registry import register_problem
 from suite.core.tensor_ops import DeviceCache, host_generator
 from suite.core.types import Draws, ModelProbs
+from suite.data.locate import unavailable_reason
 
 #: Mixed into the seed of training draws so that they never share a stream with the scoring draws.
 TRAINING_STREAM = 0x1A7C_0A12

@@ -33,12 +33,12 @@ import torch
 from torch import Tensor
 
 from problems.pines.posterior import LOG_2PI, NormalGammaPrior, fit
-from suite.core.data import DataUnavailable, locate, unavailable_reason
 from suite.core.model_space import CategoricalSpace
 from suite.core.problem import Problem
 from suite.core.registry import register_problem
 from suite.core.tensor_ops import DeviceCache, host_generator
 from suite.core.types import Draws, ModelProbs
+from suite.data.locate import DataUnavailable, locate, unavailable_reason
 
 DATA_FILE = "radiata_pine.dat"
 NUM_TREES = 42

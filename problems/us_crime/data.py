@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from suite.core.data import DataUnavailable, locate
+from suite.data.locate import DataUnavailable, locate
 
 DATA_FILE = "UScrime.csv"
 NUM_STATES = 47

@@ -33,12 +33,12 @@ from problems.enumerated import exact_answers, exact_joint_entropy, exact_model_
 from problems.us_crime import hyper_g, posterior
 from problems.us_crime.data import COVARIATES, DATA_FILE, NUM_STATES, load_uscrime
 from problems.us_crime.posterior import LOG_2PI, Design
-from suite.core.data import unavailable_reason
 from suite.core.model_space import BinarySpace
 from suite.core.problem import Problem
 from suite.core.registry import register_problem
 from suite.core.tensor_ops import DeviceCache, host_generator
 from suite.core.types import Draws, Estimate, ModelProbs
+from suite.data.locate import unavailable_reason
 
 MODEL_PRIORS = ("uniform", "beta-binomial")
 G_PRIORS = ("fixed", "hyper-g")

@@ -27,7 +27,7 @@ from suite.cli.arguments import (
 from suite.cli.describe import UnknownName, describe
 from suite.cli.run_command import print_registry, report_folder, run, run_all
 from suite.cli.safe_output import escaped_output
-from suite.core import data
+from suite.data import locate
 from suite.run import PlannedRun, Skipped, UsageError
 from suite.run.grid import LOST
 from suite.studies import STUDIES, Study
@@ -137,7 +137,7 @@ def build_tdbench_parser(prog: str = "tdbench") -> argparse.ArgumentParser:
 def describe_command(name: str, prog: str) -> int:
     """``tdbench describe NAME``: print the problem's or method's description; the exit code."""
     try:
-        with data.downloads_deferred():  # describing a problem downloads nothing, as listing does not
+        with locate.downloads_deferred():  # describing a problem downloads nothing, as listing does not
             text = describe(name)
         print(text)
     except UnknownName as exc:

@@ -11,8 +11,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from suite.core import data
-from suite.core.data_registry import KNOWN_FILES
+from suite.data import locate
+from suite.data.catalog import KNOWN_FILES
 
 
 def human_size(size: int) -> str:
@@ -24,19 +24,19 @@ def human_size(size: int) -> str:
 
 def status(name: str) -> tuple[str, str, Path | None]:
     """(present, corrupt or missing; the label of its folder or ''; its path or None), without downloading."""
-    found = data.find(name)
+    found = locate.find(name)
     if found is None:
         return "missing", "", None
     label, path = found
-    return ("present" if data.intact(path, KNOWN_FILES[name]) else "corrupt"), label, path
+    return ("present" if locate.intact(path, KNOWN_FILES[name]) else "corrupt"), label, path
 
 
 def search_order() -> str:
     """The search order as one line, with the download step and whether it is on."""
-    folders = ", ".join(f"{label} {folder}" for label, folder in data.search_folders())
-    if not os.environ.get(data.ENV_VAR):
-        folders = f"{data.ENV_VAR} (unset), {folders}"
-    download = f"off: {data.OFFLINE_VAR} is set" if data.offline() else "on first use"
+    folders = ", ".join(f"{label} {folder}" for label, folder in locate.search_folders())
+    if not os.environ.get(locate.ENV_VAR):
+        folders = f"{locate.ENV_VAR} (unset), {folders}"
+    download = f"off: {locate.OFFLINE_VAR} is set" if locate.offline() else "on first use"
     return f"Search order: {folders}; then a download into the cache ({download})."
 
 
@@ -49,7 +49,7 @@ def list_files() -> int:
         size = human_size(path.stat().st_size if path is not None else spec.size)
         where = f"{label}: {path}" if path is not None else "-"
         print(f"{name:<{width}}  {state:<7}  {size:>9}  {where}")
-        print(f"{'':<{width}}  from {data.source_url(spec)}")
+        print(f"{'':<{width}}  from {locate.source_url(spec)}")
     return 0
 
 
@@ -116,9 +116,9 @@ def fetch_one(name: str, prog: str) -> bool:
         print(f"{name}: present at {path}")
         return True
     try:
-        print(f"{name}: downloaded to {data.fetch(name)}")
-        data.locate(name, download=False)
-    except data.DataUnavailable as exc:
+        print(f"{name}: downloaded to {locate.fetch(name)}")
+        locate.locate(name, download=False)
+    except locate.DataUnavailable as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return False
     return True
@@ -129,7 +129,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="The external data sets some problems need (docs/data.md): list where each is, or download "
-        f"them into the cache ({data.CACHE_VAR} or the user's cache folder).",
+        f"them into the cache ({locate.CACHE_VAR} or the user's cache folder).",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.add_parser("list", help="each data file: present, corrupt or missing, where, its size and URL")
@@ -137,7 +137,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "fetch",
         help="download data files into the cache (by default every one that is missing)",
         description="Download data files into the cache, checking each one's SHA-256. Downloads here are not "
-        f"turned off by {data.OFFLINE_VAR}, which only stops downloads on first use.",
+        f"turned off by {locate.OFFLINE_VAR}, which only stops downloads on first use.",
     )
     fetch.add_argument("names", nargs="*", metavar="NAME", help=f"one of: {', '.join(KNOWN_FILES)}")
     return parser

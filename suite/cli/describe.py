@@ -10,8 +10,6 @@ import types
 import typing
 from typing import Any
 
-from suite.core import reference_store
-from suite.core.guards import support_reason
 from suite.core.method import PROFILES, Method
 from suite.core.options import method_annotations, problem_annotations
 from suite.core.problem import Problem
@@ -24,7 +22,9 @@ from suite.core.registry import (
     unknown_name,
 )
 from suite.results.facts import problem_facts
+from suite.run.guards import support_reason
 from suite.run.spec import DEFAULT_SEEDS
+from suite.store import references
 
 #: A method's run settings that are command-line flags, not options (``--no-progress``).
 NOT_OPTIONS = frozenset({"progress"})
@@ -181,7 +181,7 @@ def describe_problem(name: str) -> str:
         budgets = ", ".join(f"{profile} {seconds:g} s" for profile, seconds in cls.time_budgets.items())
         lines.append(f"Compute seconds per run: {budgets} (--time-budget overrides)")
     if isinstance(problem, Problem):
-        reason = problem.unavailable_reason() or reference_store.reference_problem(problem)
+        reason = problem.unavailable_reason() or references.reference_problem(problem)
         if reason:
             lines += textwrap.wrap(f"Unavailable here: {reason}", 120, break_long_words=False, break_on_hyphens=False)
         skipped = [(method, support_reason(make_method(method), problem)) for method in available_methods()]

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import numpy as np
 
-from suite.core import reference_store as store
 from suite.core.device import tune_allocator
 from suite.core.problem import Problem
-from suite.core.reference_store import has_exact_reference
 from suite.core.registry import UnknownNameError, available_problems, make_problem
 from suite.reference.engine import estimate_reference
 from suite.reference.rjmcmc_gold import app_e1_settings, estimate_by_rjmcmc
 from suite.reference.settings import settings_for
+from suite.store import references as store
+from suite.store.references import has_exact_reference
 
 
 def show(problem: Problem, reference: store.Reference, exact: np.ndarray | None = None, top: int = 12) -> None:

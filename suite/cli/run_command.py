@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 from suite.cli.arguments import build_parser, grid_from_args
-from suite.core import data, reference_store
 from suite.core.device import tune_allocator
 from suite.core.registry import (
     available_methods,
@@ -16,6 +15,7 @@ from suite.core.registry import (
     make_problem,
     plugin_load_failures,
 )
+from suite.data import locate
 from suite.report.build import report_from_folder
 from suite.report.terminal import clip, wrap
 from suite.results import records as rec
@@ -24,6 +24,7 @@ from suite.run.claims import UnsafeLockError
 from suite.run.interrupts import Interrupted, exit_status, signals_interrupt
 from suite.run.shards import dry_run_line
 from suite.run.spec import problem_groups
+from suite.store import references
 
 
 def print_registry() -> None:
@@ -31,7 +32,7 @@ def print_registry() -> None:
 
     Nothing is downloaded: a problem whose data file is not downloaded yet says so.
     """
-    with data.downloads_deferred():
+    with locate.downloads_deferred():
         _print_registry()
 
 
@@ -42,7 +43,7 @@ def _print_registry() -> None:
     print("Problems (`tdbench describe NAME` for the full text):")
     for name, text in problems.items():
         problem = make_problem(name)
-        note = problem.unavailable_reason() or reference_store.reference_problem(problem)
+        note = problem.unavailable_reason() or references.reference_problem(problem)
         print(clip(f"  {name:<{width}}  {text}"))
         if note:  # why it cannot run here is never cut short
             print("\n".join(wrap(f"unavailable: {note}", indent=" " * (width + 4))))
@@ -130,7 +131,7 @@ def _run(args: argparse.Namespace, prog: str) -> int:
     try:
         spec, execution = grid_from_args(args)
         if args.dry_run:
-            with data.downloads_deferred():  # a plan names the data files not downloaded yet, and fetches none
+            with locate.downloads_deferred():  # a plan names the data files not downloaded yet, and fetches none
                 grid = plan_grid(spec, execution, dry_run=True)
             for note in grid.placement.notes:
                 print(note)

@@ -1,5 +1,7 @@
 """Contracts every layer builds on.
 
-Types, model spaces, problems, methods, the run context, checkpoints, the registry, backends, devices, atomic
-files and data loading. Nothing here imports another layer of the suite.
+Types, model spaces, problems, methods, the run context and its loop, checkpoints, the registry (plug-ins
+included), backends, devices and atomic files. Nothing here imports another layer of the suite but
+:mod:`suite.origin`; the old paths of modules that moved out (data, stored references, origin checks, guards)
+forward with a DeprecationWarning (:mod:`suite.core.moved`).
 """

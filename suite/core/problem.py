@@ -5,6 +5,10 @@ A problem is data plus a log density. Models are addressed by ``model_index``
 ``[B, dim_max]`` in the problem's unconstrained space, of which only the
 coordinates in ``mask(model_index)`` are active. Everything is batched and
 differentiable in torch; float64 is the default, float32 is allowed.
+
+A problem without exact answers is scored against its stored reference. The store that reads it
+(:mod:`suite.store.references`) sits above the contracts and installs its reader here when imported
+(:func:`install_reference_reader`; ``problems`` imports it), so the contracts never import the store.
 """
 
 from __future__ import annotations
@@ -12,16 +16,39 @@ from __future__ import annotations
 import math
 import warnings
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
 
-from suite.core import reference_store
 from suite.core.backend import TORCH
 from suite.core.model_space import ModelSpace
 from suite.core.types import Draws, Estimate, ModelProbs
+
+
+class StoredReference(Protocol):
+    """What a problem reads from its stored reference: model probabilities and the gold draws' halves."""
+
+    def model_probs(self) -> ModelProbs:
+        """p(m | D) with its Monte Carlo standard errors."""
+        ...
+
+    def draws(self, num_draws: int, generator: torch.Generator, split: str = "all") -> Draws:
+        """A random subset of the stored draws (``split``: ``"train"``, ``"test"`` or ``"all"``)."""
+        ...
+
+
+#: Reads a problem's stored reference (None when it has none); the store installs it (dependency inversion).
+ReferenceReader = Callable[["Problem"], StoredReference | None]
+_reference_reader: ReferenceReader | None = None
+
+
+def install_reference_reader(reader: ReferenceReader) -> None:
+    """Make ``reader`` the source of :meth:`Problem.stored_reference` (``suite.store.references`` installs its own)."""
+    global _reference_reader
+    _reference_reader = reader
 
 
 class Problem(ABC):
@@ -176,10 +203,16 @@ class Problem(ABC):
             self.reference_profile = profile
             self.__dict__.pop("_stored_reference", None)
 
-    def stored_reference(self) -> Any:
-        """The stored reference estimate of this instance (``suite.core.reference_store.Reference``) or None."""
+    def stored_reference(self) -> StoredReference | None:
+        """The stored reference estimate of this instance (``suite.store.references.Reference``) or None.
+
+        Read by the reader :func:`install_reference_reader` installed (None when none is: the store lives above
+        the contracts, and importing ``problems`` or ``suite.store`` installs it).
+        """
+        if _reference_reader is None:
+            return None
         if not hasattr(self, "_stored_reference"):
-            self._stored_reference = reference_store.load(self)
+            self._stored_reference = _reference_reader(self)
         return self._stored_reference
 
     # ------------------------------------------------- optional: problem-specific scores and pictures

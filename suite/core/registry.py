@@ -23,9 +23,9 @@ from typing import Any, TypeVar
 
 from suite.core.method import Method, check_run_signature
 from suite.core.names import check_name
-from suite.core.origin import check_own_packages, module_origin
 from suite.core.plugins import NameClash, PluginLoadFailure, describe_origin, load_group
 from suite.core.problem import Problem
+from suite.origin import check_own_packages, module_origin
 
 T = TypeVar("T")
 
@@ -137,7 +137,7 @@ def _load_entry_points(group: str, table: dict[str, type], base: type) -> list[P
 def load_all(report: bool = True) -> None:
     """Import built-in problems and methods and load entry-point plug-ins (once).
 
-    Refuses (:class:`suite.core.origin.ForeignPackageError`) when ``methods`` or ``problems`` is not tdbench's own
+    Refuses (:class:`suite.origin.ForeignPackageError`) when ``methods`` or ``problems`` is not tdbench's own
     package. With ``report``, each plug-in that was not registered is said once on stderr, in one line (worker
     processes, whose parent said it, pass False).
     """

@@ -32,7 +32,6 @@ import numpy as np
 import torch
 
 from suite.core.problem import Problem
-from suite.core.reference_store import Reference
 from suite.reference.bridge import (
     BridgeResult,
     BridgeSettings,
@@ -43,6 +42,7 @@ from suite.reference.bridge import (
 from suite.reference.jax_target import JaxTarget
 from suite.reference.nuts import NUTSSampler, NUTSSettings
 from suite.reference.smc import SMCSettings, StudentTInitial, combine_runs, run_smc
+from suite.store.references import Reference
 
 #: Largest acceptable split R-hat for NUTS draws to be used as gold draws.
 MAX_RHAT = 1.05

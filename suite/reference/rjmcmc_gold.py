@@ -31,10 +31,10 @@ import torch
 
 from suite.core.context import RunContext
 from suite.core.problem import Problem
-from suite.core.reference_store import Reference
 from suite.core.registry import make_method
 from suite.reference.engine import versions
 from suite.run.runner import resolve_and_run
+from suite.store.references import Reference
 
 #: Burn-in of the authors' configuration, and (largest dimension, total iterations, thinning) by dimension.
 APP_E1_BURN_IN = 10_000

@@ -17,7 +17,7 @@ from typing import Literal
 
 import torch
 
-from suite.core.guards import exit_reason, one_line
+from suite.run.guards import exit_reason, one_line
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 #: Seconds one check may run before it is failed for overtime (``tdbench check --deadline``; tests set less):

@@ -19,9 +19,9 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from suite.core import data
 from suite.core.files import write_atomically
 from suite.core.registry import available_methods, from_entry_point
+from suite.data import locate
 from suite.report.build import NOT_APPLICABLE_FILE, MissingFacts, write_report
 from suite.report.terminal import summarise_not_applicable
 from suite.results import records as rec
@@ -99,7 +99,7 @@ def _refuse_if_nothing_named_can_run(spec: GridSpec, runs: list[PlannedRun], ski
     unavailable = {note.problem: note.reason for note in skipped if note.method is None}
     if not spec.problems or any(name not in unavailable for name in spec.problems):
         return
-    if any(data.NOT_DOWNLOADED_YET in reason for reason in unavailable.values()):
+    if any(locate.NOT_DOWNLOADED_YET in reason for reason in unavailable.values()):
         return  # a dry run (downloads deferred): the real run downloads the file first
     if len(spec.problems) == 1:
         (name,) = spec.problems

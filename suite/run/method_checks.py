@@ -15,11 +15,11 @@ from typing import Any
 import torch
 
 from suite.core.context import RunContext
-from suite.core.guards import one_line, support_reason
 from suite.core.method import Method, Result
 from suite.core.problem import Problem
 from suite.core.registry import available_problems, make_problem, problem_class
 from suite.run.conformance import PASS, SKIP, CheckFailed, CheckResult, CheckRunner, require
+from suite.run.guards import one_line, support_reason
 from suite.run.problem_checks import supports_answers
 from suite.run.result_checks import draws_problem, mixing_problem, model_probs_problem, target_problem
 from suite.run.runner import execute, gold_draws, resolve_and_run

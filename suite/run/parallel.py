@@ -38,10 +38,8 @@ from typing import Any
 import torch
 
 from suite.core import checkpoint as ckpt
-from suite.core import reference_store
 from suite.core.context import RunContext
 from suite.core.device import tune_allocator
-from suite.core.guards import exit_reason
 from suite.core.method import DTYPES, Method
 from suite.core.problem import Problem
 from suite.core.registry import load_all, make_method, make_problem
@@ -49,8 +47,10 @@ from suite.core.types import Draws
 from suite.results import draws_file
 from suite.results import records as rec
 from suite.results.facts import problem_facts
+from suite.run.guards import exit_reason
 from suite.run.interrupts import DeferredInterrupts, Interrupted, end_processes, ignore_interrupts
 from suite.run.runner import execute, gold_draws, jsonable
+from suite.store import references
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -384,7 +384,7 @@ def failed_record(problem: Problem, spec: RunSpec, reason: str, **fields: Any) -
             "time_budget_s": spec.time_budget_s,
             "replayed": spec.replay is not None,
         },
-        reference=reference_store.describe(problem),
+        reference=references.describe(problem),
         traceback=None,
         metrics={},
         counts={},

@@ -8,15 +8,15 @@ from typing import Any
 
 import torch
 
-from suite.core import reference_store
-from suite.core.guards import support_reason
 from suite.core.method import Method
 from suite.core.problem import Problem
 from suite.core.registry import code_origin, make_method, make_problem, problem_class
 from suite.results import records as rec
 from suite.results.records import NOT_APPLICABLE
+from suite.run.guards import support_reason
 from suite.run.runner import jsonable
 from suite.run.spec import DEFAULT_SEEDS, GridSpec, UsageError
+from suite.store import references
 
 
 @dataclass
@@ -100,7 +100,7 @@ def plan(spec: GridSpec, device: torch.device) -> tuple[list[PlannedRun], list[S
         except (TypeError, ValueError) as exc:
             raise UsageError(f"{problem_name}: {exc}") from None
         problem.use_reference_profile(spec.profile)
-        reason = problem.unavailable_reason() or reference_store.reference_problem(problem)  # a bad reference too
+        reason = problem.unavailable_reason() or references.reference_problem(problem)  # a bad reference too
         if reason:
             notes.append(Skipped(problem_name, None, reason))
             continue

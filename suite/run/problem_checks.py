@@ -13,11 +13,11 @@ import numpy as np
 import torch
 
 from suite.core.backend import jax_backend
-from suite.core.guards import one_line
 from suite.core.method import Method
 from suite.core.problem import Problem
 from suite.core.registry import available_methods, make_method
 from suite.run.conformance import CheckFailed, CheckResult, CheckRunner, CheckSkipped, require, require_close
+from suite.run.guards import one_line
 from suite.run.runner import gold_draws
 
 #: Gold draws the ground-truth check compares with the reference model probabilities.

@@ -11,10 +11,8 @@ from typing import Any
 
 import torch
 
-from suite.core import reference_store
 from suite.core.budget import budget_allowance_s, is_over_budget
 from suite.core.context import BudgetTooSmall, RunContext
-from suite.core.guards import exit_reason
 from suite.core.method import Method, Result
 from suite.core.model_space import model_keys
 from suite.core.problem import Problem
@@ -24,11 +22,13 @@ from suite.core.types import Draws, ModelProbs
 from suite.results import draws_file
 from suite.results import records as rec
 from suite.results.facts import problem_facts
+from suite.run.guards import exit_reason
 from suite.run.hard_stop import Overtime, hard_limit_s, hard_stop, overtime_reason
 from suite.run.harness import PeakMemory, PhaseTimer, environment, warm_up_torch
 from suite.run.result_checks import evenly_spaced, mixing_problem, result_problem, target_problem
 from suite.scoring import metrics
 from suite.scoring.trace import score_trace
+from suite.store import references
 
 #: Seed of the gold-standard draws, shared by every method and run seed so that
 #: all methods are scored on the same draws.
@@ -386,7 +386,7 @@ def execute(
             "replayed": context.replay is not None,
             **budget_use(context, method_wall),
         },
-        reference=reference_store.describe(problem),
+        reference=references.describe(problem),
         code={"method": code_origin(type(method)), "problem": code_origin(type(problem))},
         num_gold_draws=None if draws is None else len(draws),
         traceback=error_trace,

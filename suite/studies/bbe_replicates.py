@@ -273,7 +273,7 @@ def fresh_reference(problem: Problem, num_draws: int, seed: int) -> Any:
     its R-hat check by chance with every chain in the same part of a multimodal posterior, as on block VS with
     seed 1000, whose NUTS draws of models (1,0,1,1) and (1,1,1,1) (R-hat 1.02, 1.03) had 0.66-0.85 of the
     posterior sd; with NUTS allowed, six such runs gave BBEs of P((1,1,1,1)) 0.012 below its exact value. Returns the
-    :class:`suite.core.reference_store.Reference` (its halves are disjoint training and evaluation sets).
+    :class:`suite.store.references.Reference` (its halves are disjoint training and evaluation sets).
     """
 
     settings = settings_for(problem, gold_draws=num_draws, seed=seed)

@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from suite.core import reference_store as store
 from suite.core.registry import make_problem, problem_class
 from suite.reference.rjmcmc_gold import app_e1_settings, estimate_by_rjmcmc
 from suite.report.plots import plt, write_figure
 from suite.results.records import load_records
+from suite.store import references as store
 from suite.studies.study import Study, Variant
 
 FLOWS = {"Diagonal Gaussian": "diag", "Affine MAF (5,5)": "affine(5,5)", "Spline MAF (4,6)": "spline(4,6)"}

@@ -12,9 +12,9 @@ import problems.block_vs.problem as block_vs
 from problems.block_vs.problem import BlockVS, BlockVSSimulated, simulate_block_vs_data
 from problems.block_vs.quadrature import find_box, log_evidence_by_quadrature
 from suite.core.backend import TORCH
-from suite.core.data import DataUnavailable
 from suite.core.model_space import CategoricalSpace
 from suite.core.problem import Problem
+from suite.data.locate import DataUnavailable
 
 IDENTIFIERS = ["(1,0,0,0)", "(1,1,0,0)", "(1,0,1,1)", "(1,1,1,1)"]
 MASKS = [[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 1], [1, 1, 1, 1]]

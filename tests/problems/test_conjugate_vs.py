@@ -8,8 +8,8 @@ import torch
 from scipy import special, stats
 
 from problems.conjugate_vs.problem import ConjugateVS
-from suite.core import reference_store as store
 from suite.core.registry import make_problem
+from suite.store import references as store
 
 VARIANTS = [(noise, prior) for noise in ("known", "inverse-gamma") for prior in ("independent", "g")]
 

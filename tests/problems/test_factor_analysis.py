@@ -9,8 +9,8 @@ from scipy import special, stats
 
 import problems.factor_analysis.problem as fa
 from suite.core.backend import TORCH
-from suite.core.data import DataUnavailable
 from suite.core.registry import make_problem
+from suite.data.locate import DataUnavailable
 
 DIAG_SLOTS = (0, 6, 11)
 

@@ -12,7 +12,7 @@ from problems.galaxy.data import DATA_SETS, load, parse_mass_csv, parse_r_vector
 from problems.galaxy.problem import ALPHA, DELTA, G_SHAPE, Galaxy
 from problems.galaxy.quadrature import log_evidence_k1
 from suite.core.backend import TORCH, jax_backend
-from suite.core.data import locate, unavailable_reason
+from suite.data.locate import locate, unavailable_reason
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from scipy import integrate, special, stats
 
 from problems.lynx_ar.data import NUM_YEARS, lagged, load_lynx
 from problems.lynx_ar.problem import LynxAR
-from suite.core.data import unavailable_reason
+from suite.data.locate import unavailable_reason
 
 pytestmark = pytest.mark.skipif(unavailable_reason("lynx.csv") is not None, reason="lynx.csv is not available")
 

@@ -9,7 +9,7 @@ from scipy import integrate, special, stats
 
 from problems.pines.problem import FRIEL_WYSE_PRIOR, Pines
 from suite.core.backend import TORCH
-from suite.core.data import locate, unavailable_reason
+from suite.data.locate import locate, unavailable_reason
 
 pytestmark = pytest.mark.skipif(
     unavailable_reason("radiata_pine.dat") is not None, reason="radiata_pine.dat is not available"

@@ -12,8 +12,8 @@ from scipy import integrate, special, stats
 from problems.us_crime import hyper_g, posterior
 from problems.us_crime.data import COVARIATES, load_uscrime
 from problems.us_crime.problem import USCrime, log_model_prior_table
-from suite.core.data import locate, unavailable_reason
 from suite.core.types import ModelProbs
+from suite.data.locate import locate, unavailable_reason
 
 pytestmark = pytest.mark.skipif(unavailable_reason("UScrime.csv") is not None, reason="UScrime.csv is not available")
 

@@ -25,8 +25,8 @@ import pooch
 import pytest
 
 from suite.cli import data_command
-from suite.core import data, data_download
-from suite.core.data_registry import KNOWN_FILES, DataFile
+from suite.data import download, locate
+from suite.data.catalog import KNOWN_FILES, DataFile
 from tests.local_mirror import local_mirror
 
 TINY = b"a,b\n1,2\n3,4\n"
@@ -132,11 +132,11 @@ def _silent(handler: http.server.BaseHTTPRequestHandler) -> None:
 def mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Mirror]:
     """A local mirror that ``TDBENCH_DATA_URL`` points at, with no data file anywhere else and downloads on."""
     state = Mirror()
-    monkeypatch.setenv(data.ENV_VAR, str(tmp_path / "nothing-here"))
-    monkeypatch.setenv(data.CACHE_VAR, str(tmp_path / "cache"))
-    monkeypatch.delenv(data.OFFLINE_VAR, raising=False)
-    monkeypatch.setattr(data, "REPO_ROOT", tmp_path / "repo")  # no ../shared/data
-    monkeypatch.setattr(data, "_FAILED", {})
+    monkeypatch.setenv(locate.ENV_VAR, str(tmp_path / "nothing-here"))
+    monkeypatch.setenv(locate.CACHE_VAR, str(tmp_path / "cache"))
+    monkeypatch.delenv(locate.OFFLINE_VAR, raising=False)
+    monkeypatch.setattr(locate, "REPO_ROOT", tmp_path / "repo")  # no ../shared/data
+    monkeypatch.setattr(locate, "_FAILED", {})
     with local_mirror(_handler(state), monkeypatch) as state.base:
         yield state
 
@@ -159,8 +159,8 @@ def _cache(tmp_path: Path) -> list[str]:
 
 
 def _refused(name: str) -> str:
-    with pytest.raises(data.DataUnavailable) as failed:
-        data.locate(name)
+    with pytest.raises(locate.DataUnavailable) as failed:
+        locate.locate(name)
     return str(failed.value)
 
 
@@ -171,7 +171,7 @@ def test_an_endless_body_is_stopped_past_the_files_size_and_nothing_is_kept(
     mirror.answer("other.txt", _endless)
     message = _refused("other.txt")
     assert "sent more than" in message and f"the file has {len(OTHER)} bytes" in message, message
-    assert f"sent more than {len(OTHER) + data_download.SIZE_SLACK} bytes" in message
+    assert f"sent more than {len(OTHER) + download.SIZE_SLACK} bytes" in message
     assert f"{mirror.base}/other.txt" in message and "tdbench data fetch other.txt" in message
     assert _cache(tmp_path) == [], "the refused download left a file in the cache"
 
@@ -188,7 +188,7 @@ def test_a_body_announced_larger_than_the_file_is_refused_before_it_is_read(
 def test_a_trickling_server_is_stopped_at_the_deadline(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mirror: Mirror, registry: dict[str, bytes]
 ) -> None:
-    monkeypatch.setattr(data_download, "DEADLINE_S", 0.5, raising=False)
+    monkeypatch.setattr(download, "DEADLINE_S", 0.5, raising=False)
     mirror.answer("other.txt", _trickle(OTHER, every_s=0.05))  # 1000 bytes: 50 s, each read well within its timeout
     started = time.monotonic()
     message = _refused("other.txt")
@@ -200,7 +200,7 @@ def test_a_trickling_server_is_stopped_at_the_deadline(
 def test_a_silent_server_fails_after_the_per_read_timeout(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mirror: Mirror, registry: dict[str, bytes]
 ) -> None:
-    monkeypatch.setattr(data_download, "READ_TIMEOUT_S", 0.3, raising=False)
+    monkeypatch.setattr(download, "READ_TIMEOUT_S", 0.3, raising=False)
     mirror.answer("tiny.csv", _silent)
     message = _refused("tiny.csv")
     assert "timed out" in message and f"{mirror.base}/tiny.csv" in message, message
@@ -208,9 +208,9 @@ def test_a_silent_server_fails_after_the_per_read_timeout(
 
 
 def test_the_deadline_size_cap_and_read_timeout_are_documented_constants() -> None:
-    assert 0 < data_download.SIZE_SLACK <= 1 << 20 and data_download.READ_TIMEOUT_S < data_download.DEADLINE_S
+    assert 0 < download.SIZE_SLACK <= 1 << 20 and download.READ_TIMEOUT_S < download.DEADLINE_S
     text = (Path(__file__).resolve().parents[2] / "docs" / "data.md").read_text()
-    assert f"{data_download.DEADLINE_S:g} s" in text and f"{data_download.READ_TIMEOUT_S:g} s" in text
+    assert f"{download.DEADLINE_S:g} s" in text and f"{download.READ_TIMEOUT_S:g} s" in text
     assert "not downloaded yet" in text
 
 
@@ -283,12 +283,12 @@ def test_a_large_sparse_file_of_another_size_is_refused_without_reading_it(
     (tmp_path / "cache").mkdir()
     with open(tmp_path / "cache" / "tiny.csv", "wb") as handle:
         handle.truncate(huge)  # 2 GiB, sparse: no block written
-    real_sha, real_check = data.sha256_of, pooch.core.hash_matches
+    real_sha, real_check = locate.sha256_of, pooch.core.hash_matches
 
     def small_only(path: os.PathLike[str] | str) -> None:
         assert os.path.getsize(path) < 1 << 20, f"{path} was hashed in full"
 
-    monkeypatch.setattr(data, "sha256_of", lambda path: small_only(path) or real_sha(path))
+    monkeypatch.setattr(locate, "sha256_of", lambda path: small_only(path) or real_sha(path))
     monkeypatch.setattr(pooch.core, "hash_matches", lambda path, *a, **k: small_only(path) or real_check(path, *a, **k))
 
     assert data_command.main(["list"], prog="tdbench data") == 0
@@ -338,9 +338,9 @@ def test_downloads_are_deferred_only_within_the_block(
     tmp_path: Path, mirror: Mirror, registry: dict[str, bytes]
 ) -> None:
     mirror.answer("tiny.csv", _serve(TINY))
-    with data.downloads_deferred():
-        reason = data.unavailable_reason("tiny.csv")
+    with locate.downloads_deferred():
+        reason = locate.unavailable_reason("tiny.csv")
     assert "'tiny.csv' is not downloaded yet" in reason and "tdbench data fetch tiny.csv" in reason
     assert mirror.requests == [] and _cache(tmp_path) == []
-    assert data.unavailable_reason("tiny.csv") is None  # a run downloads on first use, as before
+    assert locate.unavailable_reason("tiny.csv") is None  # a run downloads on first use, as before
     assert mirror.requests == ["/mirror/tiny.csv"] and _cache(tmp_path) == ["tiny.csv"]

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from suite import cli
-from suite.core import reference_store
 from suite.core.registry import make_problem
+from suite.store import references
 from tests.security.test_records import _record, _write
 
 needs_fifos = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
@@ -78,9 +78,9 @@ def test_a_dry_run_still_refuses_a_folder_it_could_not_write(
 @needs_fifos
 def test_a_fifo_named_like_a_reference_blocks_no_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """H10: a FIFO named like a reference (``.npz``/``.json``) in ``TDBENCH_REFERENCES`` hung ``tdbench run``."""
-    monkeypatch.setenv(reference_store.ENV_VAR, str(tmp_path))
+    monkeypatch.setenv(references.ENV_VAR, str(tmp_path))
     problem = make_problem("robust-vs")
-    stem = reference_store.file_stem(reference_store.reference_key(problem), reference_store.wanted_size(problem))
+    stem = references.file_stem(references.reference_key(problem), references.wanted_size(problem))
     (tmp_path / problem.name).mkdir()
     for suffix in (".npz", ".json"):
         os.mkfifo(tmp_path / problem.name / f"{stem}{suffix}")
@@ -88,7 +88,7 @@ def test_a_fifo_named_like_a_reference_blocks_no_run(tmp_path: Path, monkeypatch
 
     def load() -> None:
         try:
-            reference_store.load(problem)
+            references.load(problem)
             outcome.append(None)
         except Exception as exc:
             outcome.append(exc)
@@ -97,7 +97,7 @@ def test_a_fifo_named_like_a_reference_blocks_no_run(tmp_path: Path, monkeypatch
     reader.start()
     reader.join(10)
     assert not reader.is_alive(), "reading the reference blocked on a FIFO"
-    assert isinstance(outcome[0], reference_store.InvalidReferenceError)
+    assert isinstance(outcome[0], references.InvalidReferenceError)
     assert "not a regular file" in str(outcome[0])
 
 

@@ -27,9 +27,9 @@ import pytest
 
 from suite.cli import check as check_command
 from suite.cli import main
-from suite.core import guards, registry
+from suite.core import registry
 from suite.core.method import Method
-from suite.run import conformance
+from suite.run import conformance, guards
 from suite.run import parallel as par
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from suite.core import reference_store as store
 from suite.core.context import RunContext
 from suite.core.method import Method, Result
 from suite.core.registry import make_problem
 from suite.run.runner import execute
+from suite.store import references as store
 
 PROBLEM = "robust-vs"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from suite.cli import run_all
-from suite.core import data
+from suite.data import locate
 
 SMOKE = ["--methods", "rjmcmc-baseline", "--profile", "smoke", "--seeds", "1", "--eval-draws", "300", "--no-progress"]
 
@@ -19,10 +19,10 @@ SMOKE = ["--methods", "rjmcmc-baseline", "--profile", "smoke", "--seeds", "1", "
 @pytest.fixture
 def no_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No data file anywhere: an empty TDBENCH_DATA and cache, no ../shared/data, no downloads."""
-    monkeypatch.setenv(data.ENV_VAR, str(tmp_path / "data"))
-    monkeypatch.setenv(data.CACHE_VAR, str(tmp_path / "cache"))
-    monkeypatch.setenv(data.OFFLINE_VAR, "1")
-    monkeypatch.setattr(data, "REPO_ROOT", tmp_path / "nowhere" / "repo")
+    monkeypatch.setenv(locate.ENV_VAR, str(tmp_path / "data"))
+    monkeypatch.setenv(locate.CACHE_VAR, str(tmp_path / "cache"))
+    monkeypatch.setenv(locate.OFFLINE_VAR, "1")
+    monkeypatch.setattr(locate, "REPO_ROOT", tmp_path / "nowhere" / "repo")
 
 
 def test_every_named_problem_unavailable_exits_2(tmp_path: Path, no_data: None, capsys: pytest.CaptureFixture) -> None:

@@ -16,10 +16,10 @@ import pytest
 import torch
 
 from suite.cli import grid_from_argv
-from suite.core import data
-from suite.core import reference_store as store
 from suite.core.registry import make_problem
+from suite.data import locate
 from suite.run import plan_grid
+from suite.store import references as store
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Everything a wheel is built from (the packages, and the files pyproject names).
@@ -133,21 +133,21 @@ def _venv(tmp_path: Path, wheel: Path) -> Path:
 
 def _clean_env() -> dict[str, str]:
     """This process's environment without anything that points Python at the checkout or other references."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", store.ENV_VAR, data.ENV_VAR)}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", store.ENV_VAR, locate.ENV_VAR)}
     env["OMP_NUM_THREADS"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     # Data files are never shipped: the installed package finds them through the documented search path.
     folder = _data_folder()
     if folder is not None:
-        env[data.ENV_VAR] = str(folder)
+        env[locate.ENV_VAR] = str(folder)
     return env
 
 
 def _data_folder() -> Path | None:
     """The folder the checkout reads block-vs's data from, or None where it has none."""
     try:
-        return data.locate("block_vs.csv").parent
-    except data.DataUnavailable:
+        return locate.locate("block_vs.csv").parent
+    except locate.DataUnavailable:
         return None
 
 
@@ -179,7 +179,7 @@ def test_an_installed_wheel_scores_against_the_shipped_references_as_the_checkou
     python = _venv(tmp_path, wheel)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    probe = "import sys, suite; from suite.core import reference_store as store; "
+    probe = "import sys, suite; from suite.store import references as store; "
     probe += "print(suite.__file__); print(store.SHIPPED_DIR); "
     probe += "print(any('editable' in type(f).__name__.lower() or 'editable' in repr(f) for f in sys.meta_path))"
     shown = subprocess.run(

@@ -14,11 +14,11 @@ import pooch
 import pytest
 
 from suite.cli import data_command
-from suite.core import data, data_download
-from suite.core.data_registry import KNOWN_FILES, DataFile
+from suite.data import download, locate
+from suite.data.catalog import KNOWN_FILES, DataFile
 from tests.local_mirror import local_mirror
 
-SHARED = data.REPO_ROOT.parent / "shared" / "data"
+SHARED = locate.REPO_ROOT.parent / "shared" / "data"
 TINY = b"a,b\n1,2\n3,4\n"
 OTHER = b"x\n" * 500
 
@@ -74,11 +74,11 @@ def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, bytes
     for name, body in files.items():
         spec = DataFile(name, _sha(body), f"test file {name}", len(body), f"https://example.invalid/{name}")
         monkeypatch.setitem(KNOWN_FILES, name, spec)
-    monkeypatch.setattr(data, "REPO_ROOT", tmp_path / "repo")
-    monkeypatch.setattr(data, "_FAILED", {})
-    monkeypatch.setenv(data.CACHE_VAR, str(tmp_path / "cache"))
-    monkeypatch.delenv(data.ENV_VAR, raising=False)
-    monkeypatch.delenv(data.OFFLINE_VAR, raising=False)
+    monkeypatch.setattr(locate, "REPO_ROOT", tmp_path / "repo")
+    monkeypatch.setattr(locate, "_FAILED", {})
+    monkeypatch.setenv(locate.CACHE_VAR, str(tmp_path / "cache"))
+    monkeypatch.delenv(locate.ENV_VAR, raising=False)
+    monkeypatch.delenv(locate.OFFLINE_VAR, raising=False)
     return files
 
 
@@ -96,8 +96,8 @@ def _cache(tmp_path: Path) -> list[str]:
 def test_shared_data_is_found_and_verified() -> None:
     if not (SHARED / "block_vs.csv").exists():
         pytest.skip("../shared/data is not beside this checkout")
-    assert data.locate("block_vs.csv").name == "block_vs.csv"
-    assert data.unavailable_reason("block_vs.csv", "fa_exchange_rates.npy") is None
+    assert locate.locate("block_vs.csv").name == "block_vs.csv"
+    assert locate.unavailable_reason("block_vs.csv", "fa_exchange_rates.npy") is None
 
 
 def test_every_registry_entry_is_pinned_and_credited() -> None:
@@ -129,17 +129,17 @@ def test_the_real_files_download_from_a_mirror(tmp_path: Path, monkeypatch: pyte
         pytest.skip("../shared/data is not beside this checkout")
     for name in KNOWN_FILES:
         server.serve(f"mirror/{name}", (SHARED / name).read_bytes())
-    monkeypatch.setattr(data, "REPO_ROOT", tmp_path / "fresh-clone")
-    monkeypatch.setattr(data, "_FAILED", {})
-    monkeypatch.setenv(data.CACHE_VAR, str(tmp_path / "cache"))
-    monkeypatch.delenv(data.ENV_VAR, raising=False)
-    monkeypatch.delenv(data.OFFLINE_VAR)
-    assert data.unavailable_reason(*KNOWN_FILES) is None
+    monkeypatch.setattr(locate, "REPO_ROOT", tmp_path / "fresh-clone")
+    monkeypatch.setattr(locate, "_FAILED", {})
+    monkeypatch.setenv(locate.CACHE_VAR, str(tmp_path / "cache"))
+    monkeypatch.delenv(locate.ENV_VAR, raising=False)
+    monkeypatch.delenv(locate.OFFLINE_VAR)
+    assert locate.unavailable_reason(*KNOWN_FILES) is None
     assert _cache(tmp_path) == sorted(KNOWN_FILES)
 
 
 def test_offline_by_default_in_the_tests() -> None:
-    assert data.offline(), "tests/conftest.py sets TDBENCH_OFFLINE so that no test downloads"
+    assert locate.offline(), "tests/conftest.py sets TDBENCH_OFFLINE so that no test downloads"
 
 
 # ------------------------------------------------------------------ lookup order, checksums, messages
@@ -147,18 +147,18 @@ def test_environment_folder_comes_first_and_checksums_are_enforced(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "block_vs.csv").write_text("not the real file\n")
-    monkeypatch.setenv(data.ENV_VAR, str(tmp_path))
-    assert data.search_path()[0] == tmp_path
-    with pytest.raises(data.DataUnavailable, match="does not match the expected SHA-256"):
-        data.locate("block_vs.csv")
+    monkeypatch.setenv(locate.ENV_VAR, str(tmp_path))
+    assert locate.search_path()[0] == tmp_path
+    with pytest.raises(locate.DataUnavailable, match="does not match the expected SHA-256"):
+        locate.locate("block_vs.csv")
 
 
 def test_missing_file_message_says_what_and_where(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(data.ENV_VAR, str(tmp_path))
-    monkeypatch.setenv(data.CACHE_VAR, str(tmp_path / "cache"))
-    monkeypatch.setenv(data.OFFLINE_VAR, "1")
-    monkeypatch.setattr(data, "REPO_ROOT", tmp_path / "nowhere" / "repo")
-    reason = data.unavailable_reason("fa_exchange_rates.npy")
+    monkeypatch.setenv(locate.ENV_VAR, str(tmp_path))
+    monkeypatch.setenv(locate.CACHE_VAR, str(tmp_path / "cache"))
+    monkeypatch.setenv(locate.OFFLINE_VAR, "1")
+    monkeypatch.setattr(locate, "REPO_ROOT", tmp_path / "nowhere" / "repo")
+    reason = locate.unavailable_reason("fa_exchange_rates.npy")
     assert "'fa_exchange_rates.npy' not found" in reason and str(tmp_path) in reason
     assert "TDBENCH_DATA" in reason and "exchange rates" in reason
     assert "tdbench data fetch fa_exchange_rates.npy" in reason and "TDBENCH_OFFLINE is set" in reason
@@ -166,15 +166,15 @@ def test_missing_file_message_says_what_and_where(tmp_path: Path, monkeypatch: p
 
 def test_unknown_file_names_list_the_known_ones() -> None:
     with pytest.raises(KeyError, match=r"known: .*block_vs\.csv"):
-        data.locate("nope.csv")
+        locate.locate("nope.csv")
 
 
 def test_search_order_is_data_folders_cache_shared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     first, second = tmp_path / "a", tmp_path / "b"
-    monkeypatch.setenv(data.ENV_VAR, os.pathsep.join([str(first), "", str(second)]))
-    monkeypatch.setenv(data.CACHE_VAR, str(tmp_path / "cache"))
-    monkeypatch.setattr(data, "REPO_ROOT", tmp_path / "repo")
-    assert data.search_folders() == [
+    monkeypatch.setenv(locate.ENV_VAR, os.pathsep.join([str(first), "", str(second)]))
+    monkeypatch.setenv(locate.CACHE_VAR, str(tmp_path / "cache"))
+    monkeypatch.setattr(locate, "REPO_ROOT", tmp_path / "repo")
+    assert locate.search_folders() == [
         ("TDBENCH_DATA", first),
         ("TDBENCH_DATA", second),
         ("cache", tmp_path / "cache"),
@@ -183,35 +183,35 @@ def test_search_order_is_data_folders_cache_shared(tmp_path: Path, monkeypatch: 
 
 
 def test_the_cache_defaults_to_the_users_cache_folder(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(data.CACHE_VAR, raising=False)
-    assert data.cache_folder() == Path(pooch.os_cache("tdbench"))
+    monkeypatch.delenv(locate.CACHE_VAR, raising=False)
+    assert locate.cache_folder() == Path(pooch.os_cache("tdbench"))
 
 
 def test_each_place_is_used_in_turn_then_the_download(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: Server, registry: dict[str, bytes]
 ) -> None:
     _served(server, registry)
-    monkeypatch.setenv(data.ENV_VAR, str(tmp_path / "mine"))
+    monkeypatch.setenv(locate.ENV_VAR, str(tmp_path / "mine"))
     places = {"TDBENCH_DATA": tmp_path / "mine", "cache": tmp_path / "cache", "shared": tmp_path / "shared" / "data"}
     for folder in places.values():
         folder.mkdir(parents=True)
         (folder / "tiny.csv").write_bytes(TINY)
     for label, folder in places.items():
-        assert data.find("tiny.csv") == (label, folder / "tiny.csv")
-        assert data.locate("tiny.csv") == folder / "tiny.csv"
+        assert locate.find("tiny.csv") == (label, folder / "tiny.csv")
+        assert locate.locate("tiny.csv") == folder / "tiny.csv"
         (folder / "tiny.csv").unlink()
     assert server.requests == []
-    assert data.find("tiny.csv") is None
-    assert data.locate("tiny.csv") == tmp_path / "cache" / "tiny.csv"
+    assert locate.find("tiny.csv") is None
+    assert locate.locate("tiny.csv") == tmp_path / "cache" / "tiny.csv"
     assert server.requests == ["/mirror/tiny.csv"]
 
 
 def test_the_registry_url_is_used_unless_a_mirror_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     spec = KNOWN_FILES["block_vs.csv"]
-    monkeypatch.delenv(data.URL_VAR, raising=False)
-    assert data.source_url(spec) == spec.url
-    monkeypatch.setenv(data.URL_VAR, "http://mirror.example/tdbench/")
-    assert data.source_url(spec) == "http://mirror.example/tdbench/block_vs.csv"
+    monkeypatch.delenv(locate.URL_VAR, raising=False)
+    assert locate.source_url(spec) == spec.url
+    monkeypatch.setenv(locate.URL_VAR, "http://mirror.example/tdbench/")
+    assert locate.source_url(spec) == "http://mirror.example/tdbench/block_vs.csv"
 
 
 # ------------------------------------------------------------------ downloads
@@ -219,10 +219,10 @@ def test_a_missing_file_is_downloaded_into_the_cache_once(
     tmp_path: Path, server: Server, registry: dict[str, bytes]
 ) -> None:
     _served(server, registry)
-    path = data.locate("tiny.csv")
+    path = locate.locate("tiny.csv")
     assert path == tmp_path / "cache" / "tiny.csv" and path.read_bytes() == TINY
-    assert data.unavailable_reason("tiny.csv", "other.txt") is None
-    assert data.locate("tiny.csv") == path
+    assert locate.unavailable_reason("tiny.csv", "other.txt") is None
+    assert locate.locate("tiny.csv") == path
     assert sorted(server.requests) == ["/mirror/other.txt", "/mirror/tiny.csv"]
     assert _cache(tmp_path) == ["other.txt", "tiny.csv"]
 
@@ -231,12 +231,12 @@ def test_offline_nothing_is_downloaded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: Server, registry: dict[str, bytes]
 ) -> None:
     _served(server, registry)
-    monkeypatch.setenv(data.OFFLINE_VAR, "1")
-    reason = data.unavailable_reason("tiny.csv")
+    monkeypatch.setenv(locate.OFFLINE_VAR, "1")
+    reason = locate.unavailable_reason("tiny.csv")
     assert "'tiny.csv' not found" in reason and "tdbench data fetch tiny.csv" in reason
     assert server.requests == [] and _cache(tmp_path) == []
-    monkeypatch.setenv(data.OFFLINE_VAR, "0")
-    assert not data.offline() and data.unavailable_reason("tiny.csv") is None
+    monkeypatch.setenv(locate.OFFLINE_VAR, "0")
+    assert not locate.offline() and locate.unavailable_reason("tiny.csv") is None
 
 
 def _broken(server: Server, how: str) -> None:
@@ -257,18 +257,18 @@ def test_a_failed_download_names_file_and_url_and_leaves_nothing(
 ) -> None:
     _broken(server, how)
     url = f"{server.base}/tiny.csv"
-    with pytest.raises(data.DataUnavailable) as failed:
-        data.locate("tiny.csv")
+    with pytest.raises(locate.DataUnavailable) as failed:
+        locate.locate("tiny.csv")
     message = str(failed.value)
     assert "'tiny.csv'" in message and url in message and "tdbench data fetch tiny.csv" in message
     expected = {"wrong checksum": "hash", "truncated": "cut short", "short": "hash", "server error": "500"}
     assert expected.get(how, "404") in message and ".." not in message
     assert _cache(tmp_path) == [], "a failed download left a file in the cache"
-    assert data.unavailable_reason("tiny.csv") == message  # the text problems report, without a second try
+    assert locate.unavailable_reason("tiny.csv") == message  # the text problems report, without a second try
     assert server.requests == ["/mirror/tiny.csv"]
     _served(server, registry)
-    assert data.fetch("tiny.csv").read_bytes() == TINY  # an explicit fetch tries again
-    assert data.locate("tiny.csv") == tmp_path / "cache" / "tiny.csv" and _cache(tmp_path) == ["tiny.csv"]
+    assert locate.fetch("tiny.csv").read_bytes() == TINY  # an explicit fetch tries again
+    assert locate.locate("tiny.csv") == tmp_path / "cache" / "tiny.csv" and _cache(tmp_path) == ["tiny.csv"]
 
 
 def test_a_refused_connection_names_file_and_url(
@@ -277,9 +277,9 @@ def test_a_refused_connection_names_file_and_url(
     with socket.socket() as probe:  # a port nobody listens on once this closes
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    monkeypatch.setenv(data.URL_VAR, f"http://127.0.0.1:{port}")
+    monkeypatch.setenv(locate.URL_VAR, f"http://127.0.0.1:{port}")
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    reason = data.unavailable_reason("tiny.csv")
+    reason = locate.unavailable_reason("tiny.csv")
     assert "'tiny.csv'" in reason and f"http://127.0.0.1:{port}/tiny.csv" in reason
     assert _cache(tmp_path) == []
 
@@ -290,19 +290,19 @@ def test_a_corrupt_cached_copy_is_refused_then_replaced_by_fetch(
     _served(server, registry)
     (tmp_path / "cache").mkdir()
     (tmp_path / "cache" / "tiny.csv").write_bytes(b"edited by hand\n")
-    with pytest.raises(data.DataUnavailable, match=r"'tdbench data fetch tiny\.csv' replaces it"):
-        data.locate("tiny.csv")
+    with pytest.raises(locate.DataUnavailable, match=r"'tdbench data fetch tiny\.csv' replaces it"):
+        locate.locate("tiny.csv")
     assert server.requests == []
-    assert data.fetch("tiny.csv").read_bytes() == TINY
+    assert locate.fetch("tiny.csv").read_bytes() == TINY
     assert _cache(tmp_path) == ["tiny.csv"]
 
 
 def test_progress_bar_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     """tqdm is a dependency of the suite (pyproject.toml): the bar depends on the terminal only."""
-    monkeypatch.setattr(data_download.sys.stderr, "isatty", lambda: True, raising=False)
-    assert data_download.wants_progress_bar()
-    monkeypatch.setattr(data_download.sys.stderr, "isatty", lambda: False, raising=False)
-    assert not data_download.wants_progress_bar()
+    monkeypatch.setattr(download.sys.stderr, "isatty", lambda: True, raising=False)
+    assert download.wants_progress_bar()
+    monkeypatch.setattr(download.sys.stderr, "isatty", lambda: False, raising=False)
+    assert not download.wants_progress_bar()
 
 
 # ------------------------------------------------------------------ tdbench data list / fetch
@@ -346,8 +346,8 @@ def test_data_fetch_downloads_every_missing_file(
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "tiny.csv").write_bytes(TINY)
-    monkeypatch.setenv(data.ENV_VAR, str(mine))
-    monkeypatch.setenv(data.OFFLINE_VAR, "1")  # stops downloads on first use only, not an explicit fetch
+    monkeypatch.setenv(locate.ENV_VAR, str(mine))
+    monkeypatch.setenv(locate.OFFLINE_VAR, "1")  # stops downloads on first use only, not an explicit fetch
     assert tdbench(["data", "fetch"]) == 0
     assert server.requests == ["/mirror/other.txt"] and _cache(tmp_path) == ["other.txt"]
     assert f"other.txt: downloaded to {tmp_path / 'cache' / 'other.txt'}" in capsys.readouterr().out

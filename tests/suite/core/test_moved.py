@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -22,6 +23,7 @@ import math
 import torch
 
 from suite.context import RunContext
+from suite.core.data import unavailable_reason
 from suite.method import Method, Result
 from suite.model_space import CategoricalSpace
 from suite.problem import Problem
@@ -50,6 +52,9 @@ class OldPathGaussians(Problem):
         mask = self.mask(model_index)
         normal = -0.5 * theta * theta - 0.5 * math.log(2 * math.pi)
         return self.log_model_prior(model_index).to(theta.dtype) + (mask * normal).sum(-1)
+
+    def unavailable_reason(self):
+        return unavailable_reason()  # no data file needed: None
 
     def reference_model_probs(self):
         return ModelProbs.from_dense(torch.tensor(PRIOR, dtype=torch.float64))
@@ -85,6 +90,29 @@ def test_an_old_path_warns_with_the_new_one_and_forwards_its_names(name: str) ->
         old.no_such_name  # noqa: B018
 
 
+#: Modules that left the contracts (``suite.core``) for the layers they belong to: old path -> new path.
+MOVED_OUT_OF_CORE = {
+    "suite.core.data": "suite.data.locate",
+    "suite.core.data_download": "suite.data.download",
+    "suite.core.data_registry": "suite.data.catalog",
+    "suite.core.reference_store": "suite.store.references",
+    "suite.core.origin": "suite.origin",
+    "suite.core.guards": "suite.run.guards",
+}
+
+
+@pytest.mark.parametrize(("old_path", "new_path"), sorted(MOVED_OUT_OF_CORE.items()))
+def test_a_module_moved_out_of_core_warns_from_its_old_path_and_forwards(old_path: str, new_path: str) -> None:
+    sys.modules.pop(old_path, None)
+    with pytest.warns(
+        DeprecationWarning, match=rf"{re.escape(old_path)} is deprecated: import from {re.escape(new_path)}"
+    ):
+        old = importlib.import_module(old_path)
+    new = importlib.import_module(new_path)
+    public = [n for n in vars(new) if not n.startswith("_")]
+    assert public and all(getattr(old, n) is getattr(new, n) for n in public)
+
+
 @pytest.mark.slow
 def test_an_installed_plugin_on_the_old_paths_runs_through_its_entry_points(tmp_path: Path) -> None:
     # What `pip install --target site` of the plug-in leaves, written directly (a setuptools build takes seconds):
@@ -114,6 +142,7 @@ def test_an_installed_plugin_on_the_old_paths_runs_through_its_entry_points(tmp_
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     for name in OLD_PATHS:
         assert f"suite.{name} is deprecated: import from suite.core.{name}" in done.stderr
+    assert "suite.core.data is deprecated: import from suite.data.locate" in done.stderr
     records = [json.loads(path.read_text()) for path in (out / "records").glob("*.json")]
     assert [(r["problem"], r["method"], r["status"]) for r in records] == [
         ("oldpath-gaussians", "oldpath-uniform", "ok")

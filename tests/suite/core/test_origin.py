@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.core import origin
+from suite import origin
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -37,7 +37,7 @@ def test_a_foreign_methods_package_first_on_the_path_is_refused_by_name(tmp_path
     done = _python("from suite.core.registry import load_all; load_all()", [tmp_path / "elsewhere", ROOT], tmp_path)
     assert done.returncode != 0 and "the foreign package ran" not in done.stderr
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("suite.core.origin.ForeignPackageError: tdbench's package 'methods' is shadowed: ")
+    assert last.startswith("suite.origin.ForeignPackageError: tdbench's package 'methods' is shadowed: ")
     assert f"'import methods' finds {init.resolve()} (no installed distribution" in last
     assert f"not {ROOT / 'methods'}" in last
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from problems.linear_dag.problem import LinearDAG
-from suite.core import reference_store as store
 from suite.core.problem import Problem
 from suite.core.registry import make_problem
+from suite.store import references as store
 
 
 def _reference(problem, n: int = 50) -> store.Reference:

@@ -10,7 +10,6 @@ import torch
 from scipy.stats import multivariate_normal
 
 from problems.linear_dag.problem import LinearDAG
-from suite.core.reference_store import _key
 from suite.reference.bridge import (
     BridgeSettings,
     GaussianMixture,
@@ -22,6 +21,7 @@ from suite.reference.bridge import (
 )
 from suite.reference.engine import EngineSettings
 from suite.reference.jax_target import JaxTarget
+from suite.store.references import _key
 
 SMALL = BridgeSettings(num_components=2, num_proposal=3000, em_iters=50, em_tol=1e-4)
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from suite.core.reference_store import Reference
 from suite.core.registry import make_problem
 from suite.reference.rjmcmc_gold import app_e1_settings, estimate_by_rjmcmc
+from suite.store.references import Reference
 
 
 def test_app_e1_sizes_by_dimension() -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from suite.core import reference_store as store
 from suite.results.records import load_records
+from suite.store import references as store
 from suite.studies import STUDIES
 from suite.studies.study import Study, Variant, run_study
 from suite.studies.vti_robust_vs import FLOWS, make_references, plot_fig2
