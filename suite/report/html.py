@@ -48,6 +48,7 @@ from suite.report.summary import RULES as SUMMARY_RULES
 from suite.report.summary import display_summary
 from suite.report.summary import summary_table as across_problems
 from suite.report.sweeps import SWEEP_METRIC, sweep_slug, sweep_tables
+from suite.results.schema import METRIC_MEANINGS
 
 #: Methods in the order of the overview's columns (others follow, alphabetically), as in ``suite.report.overview``.
 COLUMN_ORDER = ["rjmcmc-baseline", "rjmcmc-naive", "vti-surrogate", "vti-mcg", "trj", "ctrj"]
@@ -60,7 +61,9 @@ body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; ma
 h1 { margin-bottom: 0.2em; } h2 { border-bottom: 2px solid #ddd; padding-bottom: 0.2em; margin-top: 2em; }
 h3 { margin-bottom: 0.3em; } .muted { color: #666; font-size: 0.9em; }
 nav ul { columns: 4; list-style: none; padding: 0; } nav li { margin: 0.1em 0; }
-.scroll { overflow-x: auto; }
+.scroll { overflow-x: auto; max-width: 100%; }
+.scroll tr > :first-child { position: sticky; left: 0; z-index: 1; background: #fff; }
+.scroll thead tr > :first-child { background: #f3f3f3; }
 table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: right; white-space: nowrap; }
 th { background: #f3f3f3; } td.name, th.name { text-align: left; }
@@ -89,6 +92,28 @@ window.addEventListener("load", function () {
   document.body.setAttribute("data-images-checked", "yes");
 });
 """
+
+
+#: Figure captions explain every abbreviation their pictures show.
+SUMMARY_CAPTION = (
+    "Left: mean rank over problems, with its 95% interval; (n): the number of problems the method ran. "
+    "Right: the performance profile; tau: a method's time to the stated accuracy divided by the fastest method's."
+)
+MODEL_PROBS_TERMS = (
+    f"TV in a panel's title: the method's {METRIC_MEANINGS['model_prob_tv']}. On log axes an estimate of 0 is "
+    "drawn at the floor the axis names."
+)
+POSTERIOR_TERMS = (
+    f"MMD: {METRIC_MEANINGS['mmd']}; MMD²: its squared Hamming-kernel form (BayesDAG's); E-CPDAG-SHD: expected "
+    "structural Hamming distance between the CPDAGs of the method's graphs and the true one; TV: total variation "
+    "between the method's and the exact DAG posterior."
+)
+
+
+def metric_term(metric: str) -> str:
+    """A metric's name with what it measures, where the suite knows it (a plug-in's own metric: the name alone)."""
+    meaning = METRIC_MEANINGS.get(metric)
+    return f"{metric} ({meaning})" if meaning else metric
 
 
 def esc(value: Any) -> str:
@@ -169,7 +194,7 @@ def _summary_section(records: list[dict[str, Any]], tables: dict[str, pd.DataFra
     if table.empty:
         return '<section id="summary"><h2>Summary across problems</h2><p class="muted">No ranked method.</p></section>'
     shown = display_summary(table)
-    figure = _figure(out, "summary.png", "mean rank over problems, and the performance profile", "summary")
+    figure = _figure(out, "summary.png", SUMMARY_CAPTION, "summary")
     return (
         '<section id="summary"><h2>Summary across problems</h2>'
         + _html_table(shown, "summary")
@@ -434,12 +459,17 @@ def _problem_section(
         _figure(
             out,
             f"leaderboard_{problem}.png",
-            f"{problem}: model probabilities per method against the truth",
+            f"{problem}: model probabilities per method against the truth. {MODEL_PROBS_TERMS}",
             "model-probs",
         )
     )
     parts.append(
-        _figure(out, f"curves_{problem}.png", f"{problem}: {metric} against compute seconds along the runs", "curves")
+        _figure(
+            out,
+            f"curves_{problem}.png",
+            f"{problem}: {metric_term(metric)} against compute seconds along the runs (median, and min-max over seeds)",
+            "curves",
+        )
     )
     if problem in dags:
         parts.append("<h3>DAG metrics (VTI Table 1 format)</h3>")
@@ -500,7 +530,12 @@ def _posterior_section(table: pd.DataFrame, out: Path) -> str:
     if (out / "posterior_table.csv").is_file():
         parts.append('<p class="muted">File: <a href="posterior_table.csv">posterior_table.csv</a></p>')
     parts.append(
-        _figure(out, "posterior_fig2.png", "DAG posterior per problem and method (BayesDAG Fig. 2)", "posterior")
+        _figure(
+            out,
+            "posterior_fig2.png",
+            f"DAG posterior per problem and method (BayesDAG Fig. 2). {POSTERIOR_TERMS}",
+            "posterior",
+        )
     )
     parts.append("</section>")
     return "\n".join(p for p in parts if p)
@@ -518,7 +553,8 @@ def _sweep_section(sweeps: dict[str, pd.DataFrame], out: Path) -> str:
         parts.append(f'<h3 id="sweep-{esc(slug)}">{esc(name)}</h3>')
         parts.append(f'<p class="muted">{esc(SWEEP_METRIC)} (lower is better), mean ± se over seeds.</p>')
         parts.append(_html_table(shown, "sweep", ("problem",)))
-        parts.append(_figure(out, f"sweep_{slug}.png", f"sweep {name}: {SWEEP_METRIC} against x", "sweep"))
+        caption = f"sweep {name}: {metric_term(SWEEP_METRIC)} against x (e.g. x candidate covariates: 2^x models)"
+        parts.append(_figure(out, f"sweep_{slug}.png", caption, "sweep"))
     parts.append("</section>")
     return "\n".join(p for p in parts if p)
 

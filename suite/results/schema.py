@@ -47,6 +47,30 @@ METRIC_BOUNDS: dict[str, tuple[float, float]] = {
     "kl_joint": NOT_MINUS_INF,
     "kl_reverse": NOT_MINUS_INF,
 }
+#: What each metric of :data:`METRIC_BOUNDS` measures, in a few words (figure captions; docs/metrics.md in full).
+METRIC_MEANINGS: dict[str, str] = {
+    "model_prob_tv": "total variation between q(m) and the true p(m | D)",
+    "model_prob_max_abs": "largest error of one model's probability",
+    "model_prob_missed": "posterior mass on models q gives probability 0",
+    "inclusion_max_abs": "largest error of one variable's inclusion probability",
+    "q_true_k": "probability q gives the true number of components",
+    "auroc": "area under the ROC curve of the edge probabilities",
+    "edge_auroc": "area under the ROC curve of the edge probabilities",
+    "edge_f1": "F1 score of the edges",
+    "model_prob_kl": "KL(p || q) over models",
+    "shd": "structural Hamming distance to the true graph",
+    "expected_shd": "expected structural Hamming distance to the true graph",
+    "expected_cpdag_shd": "expected structural Hamming distance between CPDAGs (E-CPDAG-SHD)",
+    "brier": "Brier score of the edge probabilities",
+    "mmd": "maximum mean discrepancy to the exact DAG posterior",
+    "expected_k": "expected number of components",
+    "k_abs_error": "absolute error of the number of components",
+    "walltime_s": "wall-clock seconds",
+    "cross_entropy": "-E_p[log q(m, theta)] over gold draws, in nats",
+    "neg_elbo": "negative evidence lower bound, E_q[log q - log p~]",
+    "kl_joint": "KL(p || q) over (m, theta): cross-entropy minus the exact entropy",
+    "kl_reverse": "KL(q || p): -ELBO plus the exact log evidence",
+}
 #: The suite's metrics where higher is better; every other metric of :data:`METRIC_BOUNDS` is lower-is-better. The
 #: report takes a known metric's direction from here, never from a record, so a planted record cannot turn a
 #: leaderboard upside down (issue 51, H1); a plug-in problem's own metrics take theirs from its records' facts.

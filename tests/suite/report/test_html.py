@@ -19,6 +19,7 @@ from suite.report.build import write_report
 from suite.report.html import IMAGE_CHECK, write_index
 from suite.results.facts import add_missing_facts
 from suite.results.records import load_records
+from suite.results.schema import METRIC_MEANINGS
 from tests.quick_records import quick_records_dir
 
 REPO = Path(__file__).resolve().parents[3]
@@ -252,6 +253,70 @@ def test_page_renders_in_chromium(folder: tuple[Path, list[dict]], tmp_path: Pat
     broken.write_text(f'<!DOCTYPE html><html><body><img src="missing.png"><script>{IMAGE_CHECK}</script></body></html>')
     assert Page(browse(broken, "--dump-dom").stdout).find("img", **{"data-state": "broken"})
     screenshot(out, tmp_path / "report.png")
+
+
+#: Written into a copy of the page: where each table's box and first column are once scrolled to the far right.
+LAYOUT_PROBE = """
+window.addEventListener("load", function () {
+  var tables = Array.from(document.querySelectorAll("table")).map(function (table) {
+    var box = table.parentElement, first = table.querySelector("tbody tr > :first-child");
+    var wide = box.scrollWidth > box.clientWidth + 1;
+    box.scrollLeft = box.scrollWidth;
+    var offset = first.getBoundingClientRect().left - box.getBoundingClientRect().left;
+    return {id: table.id || table.className, overflow: getComputedStyle(box).overflowX, wide: wide,
+            scrolled: box.scrollLeft, first_offset: offset};
+  });
+  document.body.setAttribute("data-layout", JSON.stringify(
+    {viewport: window.innerWidth, page_width: document.scrollingElement.scrollWidth, tables: tables}));
+});
+"""
+#: Characters beyond ASCII the page may show: ones that DejaVu Sans, Segoe UI (Symbol) and Apple's system fonts
+#: have. Not ⏱ (U+23F1), which headless Chromium showed as an empty box.
+COMMON_GLYPHS = frozenset("±×÷·–—…≤≥≈−µσπθτΔ²³½°→←✓★⚠")
+
+
+def missing_glyphs(characters: set[str]) -> set[str]:
+    """The characters no installed font has, as fontconfig says (an empty set where fc-list is missing)."""
+    if shutil.which("fc-list") is None:
+        return set()
+    return {
+        c for c in characters if not subprocess.run(["fc-list", f":charset={ord(c):x}"], capture_output=True).stdout
+    }
+
+
+@pytest.mark.slow
+def test_page_at_1400_px_scrolls_wide_tables_in_their_box_keeps_the_first_column_and_shows_common_glyphs(
+    folder: tuple[Path, list[dict]], tmp_path: Path
+) -> None:
+    out, _ = folder
+    copy = tmp_path / "page"
+    shutil.copytree(out, copy)
+    text = (copy / "index.html").read_text()
+    (copy / "probe.html").write_text(text.replace("</body>", f"<script>{LAYOUT_PROBE}</script></body>"))
+    dom = Page(browse(copy / "probe.html", "--dump-dom", "--window-size=1400,2000").stdout)
+    layout = json.loads(dom.find("body")[0][1]["data-layout"])
+    assert layout["viewport"] == 1400
+    assert layout["page_width"] <= 1400, "something sticks out of the page: the window scrolls sideways"
+    tables = layout["tables"]
+    assert tables and all(t["overflow"] == "auto" for t in tables), tables  # every table in a box of its own
+    overview = next(t for t in tables if t["id"] == "overview-matrix")
+    assert overview["wide"], "the overview fits at 1,400 px here: this test would not see it scroll"
+    for table in (t for t in tables if t["wide"]):
+        assert table["scrolled"] > 0 and abs(table["first_offset"]) <= 1, table  # the first column stays
+    # every abbreviation a picture shows is explained in its caption
+    captions = {e[1]["class"]: e[2] for e in dom.find("figure")}
+    assert captions and all(text.strip() for text in captions.values())
+    explained = {
+        "model-probs": ["TV in a panel's title: the method's total variation"],
+        "summary": ["(n): the number of problems", "tau: a method's time"],
+    }
+    for kind, terms in explained.items():
+        assert all(term in captions[kind] for term in terms), (kind, captions[kind])
+    curves = [e[2] for e in dom.find("figure", class_="curves")]
+    assert curves and all(any(f"{m} ({meaning})" in c for m, meaning in METRIC_MEANINGS.items()) for c in curves)
+    shown = {c for c in dom.find("body")[0][2] if ord(c) > 127}
+    assert shown <= COMMON_GLYPHS, sorted(shown - COMMON_GLYPHS)
+    assert not missing_glyphs(shown), "drawn as empty boxes here"
 
 
 def test_screenshot_for_the_docs(request: pytest.FixtureRequest) -> None:
