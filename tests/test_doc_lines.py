@@ -29,9 +29,6 @@ LONG_TABLE_ROWS = {
 }
 #: Other lines that cannot be wrapped: (file, how the line starts) -> why.
 LONG_LINES = {
-    ("docs/measurements/quick-history.md", "`tdbench overview results/quick --problems"): (
-        "a command in one code span whose comma-separated problem list alone is 128 characters"
-    ),
     ("docs/plugins.md", "tdbench: method 'trj' from distribution"): "the tool's message, quoted exactly",
     ("docs/plugins.md", "tdbench: method 'my-sampler' from distribution"): "the tool's message, quoted exactly",
 }
