@@ -14,6 +14,7 @@ from __future__ import annotations
 import html
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +22,9 @@ import numpy as np
 import pandas as pd
 
 from suite.core.files import write_atomically
+from suite.core.problem import Problem
 from suite.core.registry import make_problem
+from suite.core.types import ModelProbs
 from suite.report.plots import plt, write_figure
 from suite.studies.bbe_settings import StudySettings
 
@@ -52,6 +55,13 @@ class BBEStudy:
     expected_runtime: str = ""
     #: (N, fits, estimates per fit) where an N gets a budget other than ``replicates`` x ``repeats``.
     budgets: tuple[tuple[int, int, int], ...] = ()
+    #: Exact p(m | D) computed for the study, scored against instead of the stored reference (StudySettings).
+    exact_truth: Callable[[Problem], ModelProbs] | None = None
+
+    @property
+    def truth_name(self) -> str:
+        """What the estimates are scored against, in the tables and plots."""
+        return "exact" if self.exact_truth is not None else "reference"
 
     def budget(self, draws: int) -> tuple[int, int]:
         """Fits and estimates per fit at ``draws`` draws per set."""
@@ -72,6 +82,7 @@ class BBEStudy:
             flow_iterations=self.flow_iterations,
             fresh_draws=self.fresh_draws,
             draws_per_model=self.draws_per_model,
+            exact_truth=self.exact_truth,
         )
 
     def csv_of(self, out: Path, draws: int) -> Path:
@@ -160,7 +171,7 @@ class BBEStudy:
             status = max(status, code)
         table = self.table(out)
         write_atomically(out / f"{self.name}.csv", lambda tmp: table.to_csv(tmp, index=False))
-        markdown = format_bbe_table(table)
+        markdown = format_bbe_table(table, self.truth_name)
         verdicts = self.ordering(table)
         text = f"# {self.name}\n\n{self.description}\n\nPaper: {self.paper_source}: {self.paper_claim}\n\n{markdown}\n"
         if verdicts:
@@ -175,10 +186,10 @@ class BBEStudy:
         return status
 
 
-def format_bbe_table(table: pd.DataFrame) -> str:
-    """The comparison as Markdown: one row per N and proposal."""
+def format_bbe_table(table: pd.DataFrame, truth_name: str = "reference") -> str:
+    """The comparison as Markdown: one row per N and proposal; ``truth_name`` heads the column scored against."""
     lines = [
-        "| N | proposal | estimates (fits) | mean | sd | RMSE | reference | acceptance | fit s |",
+        f"| N | proposal | estimates (fits) | mean | sd | RMSE | {truth_name} | acceptance | fit s |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for _, row in table.iterrows():
@@ -199,7 +210,7 @@ def plot_bbe(study: BBEStudy, out: Path, path: Path) -> Path:
         names = list(dict.fromkeys(frame["proposal"]))
         truth, se = frame["truth"].iloc[0], frame["truth_se"].fillna(0).iloc[0]
         ax.axhspan(truth - 2 * se, truth + 2 * se, color="grey", alpha=0.25)
-        ax.axhline(truth, color="black", lw=1, label="reference ± 2 SE")
+        ax.axhline(truth, color="black", lw=1, label=f"{study.truth_name} ± 2 SE")
         for pos, name in enumerate(names, start=1):
             values = frame.loc[frame["proposal"] == name, "estimate"].to_numpy(float)
             values = values[np.isfinite(values)]

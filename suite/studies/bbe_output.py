@@ -22,14 +22,20 @@ from suite.core.context import RunContext
 from suite.core.files import write_atomically
 from suite.core.problem import Problem
 from suite.core.registry import make_method
+from suite.core.types import ModelProbs
 from suite.report.plots import save_figure
 from suite.run.runner import execute
 from suite.studies.bbe_replicates import CSV_FIELDS, PROPOSALS, ReplicateResult, StudySettings, prior_scale
 
 
-def truth_of(problem: Problem) -> tuple[Tensor | None, Tensor | None]:
-    """The reference model probabilities and their standard errors (dense), each None when unknown."""
-    reference = problem.reference_model_probs()
+def truth_of(
+    problem: Problem, exact_truth: Callable[[Problem], ModelProbs] | None = None
+) -> tuple[Tensor | None, Tensor | None]:
+    """The model probabilities scored against and their standard errors (dense), each None when unknown.
+
+    ``exact_truth`` (a study's exact answer, e.g. by quadrature) wins over the problem's reference.
+    """
+    reference = problem.reference_model_probs() if exact_truth is None else exact_truth(problem)
     if reference is None:
         return None, None
     k = int(problem.num_models)
@@ -40,18 +46,25 @@ def truth_of(problem: Problem) -> tuple[Tensor | None, Tensor | None]:
     return reference.dense(k), se
 
 
-def default_model(problem: Problem, results: Sequence[ReplicateResult]) -> int:
-    """The most probable model: by the reference when known, else by the mean estimate."""
-    truth, _ = truth_of(problem)
+def default_model(
+    problem: Problem, results: Sequence[ReplicateResult], exact_truth: Callable[[Problem], ModelProbs] | None = None
+) -> int:
+    """The most probable model: by the truth when known, else by the mean estimate."""
+    truth, _ = truth_of(problem, exact_truth)
     if truth is not None:
         return int(truth.argmax())
     return int(torch.stack([r.probs for r in results]).mean(0).argmax())
 
 
 # --------------------------------------------------------------------------- outputs
-def write_csv(problem: Problem, results: Sequence[ReplicateResult], path: Path) -> Path:
-    """One row per proposal type, replicate and model."""
-    truth, truth_se = truth_of(problem)
+def write_csv(
+    problem: Problem,
+    results: Sequence[ReplicateResult],
+    path: Path,
+    exact_truth: Callable[[Problem], ModelProbs] | None = None,
+) -> Path:
+    """One row per proposal type, replicate and model; ``truth`` is what the study scores against."""
+    truth, truth_se = truth_of(problem, exact_truth)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(path, lambda tmp: _write_rows(problem, results, truth, truth_se, tmp))
     return path
@@ -122,9 +135,11 @@ def summary_rows(results: Sequence[ReplicateResult], model: int, truth: float | 
     return rows
 
 
-def format_summary(rows: Sequence[dict[str, Any]], label: str, truth: float | None) -> str:
+def format_summary(
+    rows: Sequence[dict[str, Any]], label: str, truth: float | None, truth_name: str = "reference"
+) -> str:
     """The summary rows as a fixed-width table, with a line on what ``fallbacks`` counts."""
-    head = f"BBE of {label} (reference {'unknown' if truth is None else f'{truth:.4f}'})"
+    head = f"BBE of {label} ({truth_name} {'unknown' if truth is None else f'{truth:.5f}'})"
     columns = ("n", 5), ("mean", 10), ("sd", 10), ("rmse", 10), ("accept", 9), ("fit s", 9), ("fallbacks", 10)
     lines = [head, "proposal    " + "".join(f"{name:>{width}}" for name, width in columns)]
     for row in rows:
@@ -153,23 +168,29 @@ def _colour(name: str, others: dict[str, str] | None = None) -> str:
     return others.setdefault(name, f"C{(len(PROPOSALS) + len(others)) % 10}")
 
 
-def _draw_truth(ax: Any, truth: float | None, truth_se: float | None) -> None:
+def _draw_truth(ax: Any, truth: float | None, truth_se: float | None, truth_name: str = "reference") -> None:
     """Horizontal truth line and its +-2 SE band."""
     if truth is None:
         return
     # Dashed and on top: estimates that sit on the truth (exact transports) stay visible beneath it.
-    ax.axhline(truth, color="black", lw=1.0, ls="--", zorder=5, label=f"reference {truth:.4f}")
+    ax.axhline(truth, color="black", lw=1.0, ls="--", zorder=5, label=f"{truth_name} {truth:.4f}")
     if truth_se:
         ax.axhspan(truth - 2 * truth_se, truth + 2 * truth_se, color="grey", alpha=0.25, lw=0, label="±2 SE")
 
 
 def plot_violins(
-    estimates: dict[str, np.ndarray], label: str, truth: float | None, truth_se: float | None, title: str, path: Path
+    estimates: dict[str, np.ndarray],
+    label: str,
+    truth: float | None,
+    truth_se: float | None,
+    title: str,
+    path: Path,
+    truth_name: str = "reference",
 ) -> Path:
     """A violin (or, for constant estimates, a bar) per proposal type with the replicates as points; saves a PNG."""
     names = list(estimates)
     fig, ax = plt.subplots(figsize=(max(4.5, 1.3 * len(names) + 2.5), 4.3))
-    _draw_truth(ax, truth, truth_se)
+    _draw_truth(ax, truth, truth_se, truth_name)
     positions = np.arange(1, len(names) + 1)
     jitter = np.random.default_rng(0)
     for pos, name in zip(positions, names, strict=True):

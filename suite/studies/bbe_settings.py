@@ -3,7 +3,11 @@ and the study definitions import it cheaply; the study itself is :mod:`suite.stu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from suite.core.problem import Problem
+from suite.core.types import ModelProbs
 
 #: Across-model proposal types the study can fit and evaluate.
 PROPOSALS = ("rq", "affine", "standard", "lopes-west", "ctrj", "exact")
@@ -26,6 +30,9 @@ class StudySettings:
     repeats: int = 1  # BBE estimates per fitted proposal, each from fresh proposals (the paper's FA protocol: 100)
     fresh_draws: bool = False  # each replicate's draws from its own reference-engine run (see replicate_draws)
     draws_per_model: bool = False  # N draws of every model, from runs of their own (suite.studies.bbe_draws)
+    #: Exact p(m | D) computed for the study (block-vs: quadrature), scored against instead of the problem's stored
+    #: reference, which is printed beside it; None: the problem's reference.
+    exact_truth: Callable[[Problem], ModelProbs] | None = None
 
 
 __all__ = ["PROPOSALS", "STUDY_JUMPS", "StudySettings"]

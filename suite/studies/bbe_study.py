@@ -70,12 +70,13 @@ def run_bbe(problem: Problem, settings: StudySettings, out: Path, running: Runni
 
 def report_study(problem: Problem, results: Sequence[ReplicateResult], settings: StudySettings, out: Path) -> int:
     """Write the CSV and the violin plot, print the summary table; returns the model index plotted."""
-    truth, truth_se = truth_of(problem)
-    model = settings.model if settings.model is not None else default_model(problem, results)
+    truth, truth_se = truth_of(problem, settings.exact_truth)
+    truth_name = "reference" if settings.exact_truth is None else "exact"
+    model = settings.model if settings.model is not None else default_model(problem, results, settings.exact_truth)
     label = f"P({problem.model_space.identifier(model)})"
     true_value = None if truth is None else float(truth[model])
     true_se = None if truth_se is None else float(truth_se[model])
-    csv_path = write_csv(problem, results, out / f"bbe_{problem.name}.csv")
+    csv_path = write_csv(problem, results, out / f"bbe_{problem.name}.csv", settings.exact_truth)
     repeats = f" x {settings.repeats} repeats" if settings.repeats > 1 else ""
     title = (
         f"{problem.name}: Bartolucci bridge estimates of {label}\n"
@@ -83,9 +84,20 @@ def report_study(problem: Problem, results: Sequence[ReplicateResult], settings:
         f"{settings.jumps} jumps"
     )
     png = plot_violins(
-        estimates_by_proposal(results, model), label, true_value, true_se, title, out / f"bbe_{problem.name}.png"
+        estimates_by_proposal(results, model),
+        label,
+        true_value,
+        true_se,
+        title,
+        out / f"bbe_{problem.name}.png",
+        truth_name,
     )
-    print(format_summary(summary_rows(results, model, true_value), label, true_value))
+    print(format_summary(summary_rows(results, model, true_value), label, true_value, truth_name))
+    if settings.exact_truth is not None:  # the problem's own (stored) reference, beside the exact value
+        stored, stored_se = truth_of(problem)
+        if stored is not None:
+            shown = "" if stored_se is None else f" ± {float(stored_se[model]):.4f}"
+            print(f"stored reference {float(stored[model]):.4f}{shown}: shown for comparison; scored on the exact")
     print(f"wrote {csv_path} and {png}")
     return model
 
@@ -100,7 +112,7 @@ def report_running(
     if not records:
         print("running: no run succeeded")
         return None
-    truth, truth_se = truth_of(problem)
+    truth, truth_se = truth_of(problem, settings.exact_truth)
     label = f"P({problem.model_space.identifier(model)})"
     path = plot_running_estimates(
         records,

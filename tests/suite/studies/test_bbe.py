@@ -3,8 +3,10 @@
 from pathlib import Path
 
 import pandas as pd
+import torch
 
 from suite.cli import main
+from suite.core.types import ModelProbs
 from suite.studies import STUDIES
 from suite.studies.bbe import BBEStudy
 
@@ -81,3 +83,33 @@ def test_one_estimate_each_judges_no_ordering() -> None:
 
 def test_every_study_says_how_long_it_takes() -> None:
     assert all(study.expected_runtime for study in STUDIES.values())
+
+
+def test_trj_blockvs_scores_on_the_exact_value_and_says_so() -> None:
+    """trj-blockvs scores on block-vs's exact model probabilities (quadrature), not the stored SMC draw (issue 54)."""
+    from suite.studies.bbe import format_bbe_table
+    from suite.studies.bbe_output import format_summary, truth_of
+
+    study = STUDIES["trj-blockvs"]
+    assert study.truth_name == "exact" and study.study_settings(1000, None).exact_truth is study.exact_truth
+    assert TINY.truth_name == "reference"
+    table = pd.DataFrame(
+        [
+            {"draws": 1000, "proposal": "rq", "estimates": 1, "fits": 1, "mean": 0.62, "sd": 0.0, "rmse": 0.01}
+            | {"reference": 0.61995, "reference_se": 1e-5, "acceptance": 0.3, "fit_seconds": 2.0}
+        ]
+    )
+    assert "| exact |" in format_bbe_table(table, study.truth_name).splitlines()[0]
+    assert format_summary([], "P(m)", 0.619953, "exact").startswith("BBE of P(m) (exact 0.61995)")
+
+    class Fixed:
+        """A problem whose stored reference would give another answer than the study's exact one."""
+
+        num_models = 2
+
+        def reference_model_probs(self) -> ModelProbs:
+            return ModelProbs(index=torch.arange(2), prob=torch.tensor([0.3, 0.7], dtype=torch.float64))
+
+    exact = ModelProbs(index=torch.arange(2), prob=torch.tensor([0.25, 0.75], dtype=torch.float64))
+    assert truth_of(Fixed(), lambda problem: exact)[0].tolist() == [0.25, 0.75]
+    assert truth_of(Fixed())[0].tolist() == [0.3, 0.7]
