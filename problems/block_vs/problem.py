@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from problems.block_vs.quadrature import model_probs_by_quadrature
+from problems.block_vs.quadrature import log_evidences_by_quadrature, model_probs_by_quadrature
 from suite.core.model_space import CategoricalSpace
 from suite.core.problem import LOG_SQRT_2PI, Problem
 from suite.core.registry import register_problem
@@ -89,12 +89,14 @@ class BlockVS(Problem):
     time_budgets: ClassVar[dict[str, float]] = {"quick": 4.0}
 
     main_metric: ClassVar[str] = "model_prob_tv"
-    #: The posteriors are multimodal in beta0 (NUTS R-hat up to 3), so the reference rests on SMC:
-    #: many particles and runs are cheap in at most 4 dimensions. Its draws are SMC's too (``max_nuts_models``
-    #: 0): with seed 1000 NUTS passed R-hat on two models with draws of 0.66-0.85 of the posterior sd.
+    #: The model probabilities are exact: evidences by quadrature in at most 4 dimensions (``"evidence":
+    #: "quadrature"``, :meth:`quadrature_log_evidences`). The posteriors are multimodal in beta0 (NUTS R-hat up to
+    #: 3), so the gold draws are SMC particles (``max_nuts_models`` 0): with seed 1000 NUTS passed R-hat on two
+    #: models with draws of 0.66-0.85 of the posterior sd.
     reference_settings: ClassVar[dict] = {
         "smc": {"num_particles": 10_000, "num_runs": 10, "num_mcmc_steps": 20},
         "max_nuts_models": 0,
+        "evidence": "quadrature",
     }
 
     def __init__(self) -> None:
@@ -135,6 +137,10 @@ class BlockVS(Problem):
     def quadrature_model_probs(self) -> ModelProbs:
         """Exact p(m | D) by tensor-product quadrature (about 10 s; studies score on it, :mod:`.quadrature`)."""
         return model_probs_by_quadrature(self)
+
+    def quadrature_log_evidences(self) -> tuple[Tensor, Tensor]:
+        """log p(D | m) of every model by quadrature and its discretisation error (the reference engine's evidence)."""
+        return log_evidences_by_quadrature(self)
 
     def mask(self, model_index: Tensor) -> Tensor:
         """Coefficients switched on by k = (1, k1, k2, k2)."""

@@ -11,7 +11,9 @@ For every model m of an enumerable problem:
    draws (SMC particles where NUTS fails its R-hat check or is not run) and
    a Gaussian-mixture proposal; "bridge" uses those evidences, "both" uses
    them when every model's bridge diagnostics are OK and SMC's otherwise.
-   The provenance records both and which was used.
+   The provenance records both and which was used. With "quadrature", a problem
+   that integrates its models deterministically (:class:`QuadratureEvidence`) gives
+   exact log Z_m instead; SMC still gives the gold draws.
 3. p(m | D) = Z_m / sum_j Z_j, with standard errors by the delta method.
 4. Gold-standard transdimensional draws: the number of draws of each model
    is multinomial(N, p(m | D)); each model's draws come from NumPyro NUTS
@@ -26,7 +28,7 @@ import platform
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -46,8 +48,18 @@ from suite.store.references import Reference
 
 #: Largest acceptable split R-hat for NUTS draws to be used as gold draws.
 MAX_RHAT = 1.05
-#: Evidence estimators: SMC only, bridge sampling only, or both (bridge used when its diagnostics are OK).
-EVIDENCE_METHODS = ("smc", "bridge", "both")
+#: Evidence estimators: SMC only, bridge sampling only, or both (bridge used when its diagnostics are OK); or the
+#: problem's own quadrature (exact up to a stated discretisation error).
+EVIDENCE_METHODS = ("smc", "bridge", "both", "quadrature")
+
+
+@runtime_checkable
+class QuadratureEvidence(Protocol):
+    """A problem that integrates every model's evidence deterministically (block-vs: tensor-product quadrature)."""
+
+    def quadrature_log_evidences(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """log p(D | m) of every model, in model-index order, and a bound on each one's discretisation error."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -79,7 +91,9 @@ class EngineSettings:
             "seed": self.seed,
             "max_nuts_models": self.max_nuts_models,
         }
-        if self.evidence != "smc":  # settings of SMC-only references stay as they were
+        if self.evidence == "quadrature":  # no bridge settings: they decide nothing
+            out.update(evidence=self.evidence)
+        elif self.evidence != "smc":  # settings of SMC-only references stay as they were
             out.update(evidence=self.evidence, bridge=self.bridge.as_dict())
         return out
 
@@ -108,6 +122,12 @@ def model_prob_se(prob: np.ndarray, log_z_se: np.ndarray) -> np.ndarray:
     weighted = (prob * log_z_se) ** 2
     var = prob**2 * ((1 - prob) ** 2 * log_z_se**2 + weighted.sum() - weighted)
     return np.sqrt(var)
+
+
+def quadrature_log_z(problem: Problem, models: np.ndarray, log_prior: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """log p(D, m) of ``models`` by the problem's quadrature (:class:`QuadratureEvidence`), and its error bound."""
+    log_evidence, error = (t.detach().cpu().numpy() for t in problem.quadrature_log_evidences())  # type: ignore[attr-defined]
+    return log_evidence[models] + log_prior, error[models]
 
 
 def _nuts_inits(pool: np.ndarray, chains: int, generator: torch.Generator) -> np.ndarray:
@@ -148,6 +168,11 @@ def estimate_reference(
     probabilities are then over those models only.
     """
     settings = settings or EngineSettings()
+    if settings.evidence == "quadrature" and not isinstance(problem, QuadratureEvidence):
+        raise ValueError(
+            f"{problem.name}: evidence 'quadrature' needs a problem with quadrature_log_evidences(); "
+            f"choose one of {EVIDENCE_METHODS[:3]}"
+        )
     started, clock = datetime.now(UTC).isoformat(), time.perf_counter()
     target = JaxTarget.of(problem)
     all_models = problem.model_space.all_indices()
@@ -171,11 +196,15 @@ def estimate_reference(
         raise RuntimeError(f"SMC did not reach the posterior within {settings.smc.max_steps} steps for some models")
     log_z, log_z_se = combine_runs(smc.log_z)
     log_prior = problem.log_model_prior(torch.as_tensor(models)).numpy()
+    log_z_smc, log_z_se_smc = log_z, log_z_se
+    if settings.evidence == "quadrature":
+        log_z, log_z_se = quadrature_log_z(problem, models, log_prior)
+        log(f"{problem.name}: model probabilities from quadrature evidences (error bound {log_z_se.max():.1e})")
     prob = np.exp(log_z - log_z.max())
     prob /= prob.sum()
     prob_se = model_prob_se(prob, log_z_se)
 
-    use_bridge = settings.evidence != "smc"
+    use_bridge = settings.evidence in ("bridge", "both")
     picks = torch.multinomial(torch.as_tensor(prob), settings.num_gold_draws, replacement=True, generator=generator)
     counts = torch.bincount(picks, minlength=k)
     pools = smc.resampled(generator)
@@ -232,8 +261,7 @@ def estimate_reference(
         model_pools.append(pool)
         per_model[problem.model_space.identifier(int(m))] = diag
 
-    log_z_smc, log_z_se_smc = log_z, log_z_se
-    evidence_used = "smc"
+    evidence_used = "quadrature" if settings.evidence == "quadrature" else "smc"
     if use_bridge:
         log(f"{problem.name}: bridge sampling, {k} models, {settings.bridge.num_components} mixture components")
         batched = batched_log_joint(target)
@@ -289,6 +317,8 @@ def estimate_reference(
     method = "smc-evidence+nuts-draws" if initial is None else "nuts+t-tempered-smc-evidence"
     if evidence_used == "bridge":
         method = "bridge-evidence+nuts-draws" if initial is None else "nuts+t-tempered-smc+bridge-evidence"
+    if evidence_used == "quadrature":
+        method = "quadrature-evidence+smc-draws" if settings.max_nuts_models == 0 else "quadrature-evidence+nuts-draws"
     provenance = {
         "method": method,
         "smc_initial": "prior" if initial is None else "student-t fitted to NUTS draws",
@@ -310,6 +340,13 @@ def estimate_reference(
             log_z_se_smc=log_z_se_smc.tolist(),
             log_z_bridge=log_z_bridge.tolist(),
             log_z_se_bridge=log_z_se_bridge.tolist(),
+        )
+    if evidence_used == "quadrature":
+        provenance.update(
+            evidence="quadrature",
+            evidence_used="quadrature",
+            log_z_smc=log_z_smc.tolist(),
+            log_z_se_smc=log_z_se_smc.tolist(),
         )
     if preliminary:
         provenance["preliminary_nuts_rhat"] = {int(m): o.max_rhat for m, o in preliminary.items()}

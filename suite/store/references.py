@@ -102,7 +102,7 @@ def _key(name: str, config: dict[str, Any], evidence: str) -> str:
 
 
 def evidence_method(problem: Problem) -> str:
-    """The estimator a reference asks for: "smc", "bridge", "both" (per-model evidences), "rjmcmc" or "none"."""
+    """The estimator a reference asks for: "smc", "bridge", "both", "quadrature" (per model), "rjmcmc" or "none"."""
     return getattr(problem, "reference_settings", {}).get("evidence", "smc")
 
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from suite.core.registry import make_problem
-from suite.reference.engine import EngineSettings, estimate_reference, model_prob_se
+from suite.reference.engine import EngineSettings, QuadratureEvidence, estimate_reference, model_prob_se
 from suite.reference.nuts import NUTSSettings
 from suite.reference.smc import SMCSettings
 
@@ -62,3 +62,29 @@ def test_even_subset_thins_evenly() -> None:
     rows = np.arange(10)[:, None]
     assert even_subset(rows, 4)[:, 0].tolist() == [0, 3, 6, 9]
     assert len(even_subset(rows, 20)) == 10
+
+
+@pytest.mark.slow
+def test_quadrature_evidence_gives_the_exact_probabilities_and_smc_the_draws() -> None:
+    """evidence "quadrature": p(m | D) from the problem's deterministic evidences; gold draws still SMC's."""
+    problem = make_problem("conjugate-vs", num_covariates=2)
+
+    class WithQuadrature(type(problem)):
+        """conjugate-vs whose closed-form evidences stand in for a quadrature (error bound 1e-9)."""
+
+        def quadrature_log_evidences(self) -> tuple[torch.Tensor, torch.Tensor]:
+            log_evidence = self.log_evidence()
+            return log_evidence, torch.full_like(log_evidence, 1e-9)
+
+    quadrature = WithQuadrature(num_covariates=2)
+    assert isinstance(quadrature, QuadratureEvidence) and not isinstance(problem, QuadratureEvidence)
+    settings = EngineSettings(smc=SMCSettings(num_particles=300, num_runs=4), num_gold_draws=800, evidence="quadrature")
+    assert settings.as_dict()["evidence"] == "quadrature" and "bridge" not in settings.as_dict()
+    reference = estimate_reference(quadrature, settings, log=lambda *_: None)
+    exact = problem.reference_model_probs().dense(problem.num_models).numpy()
+    np.testing.assert_allclose(reference.prob, exact, rtol=1e-12)
+    assert reference.provenance["evidence_used"] == "quadrature" and reference.prob_se.max() < 1e-8
+    assert reference.provenance["method"] == "quadrature-evidence+nuts-draws"
+    assert len(reference.provenance["log_z_smc"]) == problem.num_models  # SMC's own evidences, kept beside
+    with pytest.raises(ValueError, match="quadrature_log_evidences"):
+        estimate_reference(problem, settings, log=lambda *_: None)

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from problems.block_vs.quadrature import log_evidences_by_quadrature
 from suite.cli import bbe_command
 from suite.core.registry import make_problem
 from suite.core.types import Draws
@@ -99,13 +100,11 @@ def test_a_real_small_engine_run_gives_new_draws(monkeypatch: pytest.MonkeyPatch
     if problem.unavailable_reason():
         pytest.skip(problem.unavailable_reason())
     pytest.importorskip("blackjax")
-    # A tiny engine (few particles, no NUTS) through the real path.
-    monkeypatch.setattr(
-        problem,
-        "reference_settings",
-        {"smc": {"num_particles": 200, "num_runs": 2, "num_mcmc_steps": 2}, "max_nuts_models": 0},
-        raising=False,
-    )
+    # A tiny engine (few particles, no NUTS, coarse quadrature grids) through the real path.
+    tiny = {"smc": {"num_particles": 200, "num_runs": 2, "num_mcmc_steps": 2}, "max_nuts_models": 0}
+    monkeypatch.setattr(problem, "reference_settings", {**problem.reference_settings, **tiny}, raising=False)
+    coarse = log_evidences_by_quadrature(problem, (8, 10))
+    monkeypatch.setattr(problem, "quadrature_log_evidences", lambda: coarse, raising=False)
     settings = bbe_replicates.StudySettings(proposals=("affine",), replicates=1, draws=100, fresh_draws=True)
     train, evaluation = bbe_replicates.replicate_draws(problem, settings, 0, log=lambda _: None)
     assert len(train) == len(evaluation) == 100
