@@ -1,8 +1,8 @@
 """The records of a real default run, shipped with the tests (``tests/fixtures/quick_records.json.gz``).
 
-They are the 198 records of ``tdbench run`` at commit 5f75a11 (2 CPU cores, 2026-12-03, from a fresh clone; 8
-problems, 3 seeds per method), with their problem facts; ``results/`` itself is not in git. Regenerate after a
-default run with ``python -m tests.quick_records results/quick``.
+They are the 198 records of ``tdbench run`` at commit 1a79aa5 (2 CPU cores, 2026-12-06, from a fresh clone with a
+fresh venv: 11 min 7 s; 8 problems, 3 seeds per method), with their problem facts; ``results/`` itself is not in
+git. Regenerate after a default run with ``python -m tests.quick_records results/quick``.
 """
 
 from __future__ import annotations

@@ -11,12 +11,11 @@ ROOT = Path(__file__).resolve().parents[1]
 WIDTH = 120
 #: Table rows that cannot fit: (file, the row's first cell) -> why.
 LONG_TABLE_ROWS = {
-    ("README.md", "`block-vs`"): "written by `tdbench readme-table`; test_readme_table compares it with the generator",
-    ("README.md", "`factor-analysis`"): "as above",
-    ("README.md", "`robust-vs`"): "as above",
-    ("README.md", "`sas`"): "as above",
     **{
-        ("docs/testing.md", f"`{test_id}`"): "a test id as pytest prints it, over 100 characters by itself"
+        (
+            "docs/measurements/testing-history.md",
+            f"`{test_id}`",
+        ): "a test id as pytest prints it, over 100 characters by itself"
         for test_id in (
             "suite/test_plugin_example.py::test_clashing_and_broken_plugins_are_said_once_and_named_when_asked_for",
             "suite/test_packaging.py::test_an_installed_wheel_scores_against_the_shipped_references_as_the_checkout_does",

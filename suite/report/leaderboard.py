@@ -657,6 +657,13 @@ def verdict_line(table: pd.DataFrame) -> str:
     return f"Verdict: {table.attrs['verdict']}. {VERDICT_LEGEND}."
 
 
+def _reference_label(reference: dict[str, Any]) -> str | None:
+    """A reference's kind; a stored one whose model probabilities came from quadrature says so (block-vs)."""
+    if reference.get("kind") == "estimated" and reference.get("evidence_used") == "quadrature":
+        return "exact model probabilities (quadrature), estimated draws"
+    return reference.get("kind")
+
+
 def reference_kind(records: list[dict[str, Any]], problem: str) -> str | None:
     """Where a problem's ground truth came from in its records ("exact", "estimated", ...), or None if unrecorded.
 
@@ -664,7 +671,7 @@ def reference_kind(records: list[dict[str, Any]], problem: str) -> str | None:
     a size other than their profile's (a paper run that found only the quick reference) are named.
     """
     references = [rec.get("reference") or {} for rec in records if rec["problem"] == problem]
-    kinds = {ref.get("kind") for ref in references}
+    kinds = {_reference_label(ref) for ref in references}
     text = "/".join(sorted(k for k in kinds if k)) or None
     sizes = sorted({ref["size"] for ref in references if ref.get("size") not in (None, "any")})
     if text and sizes:

@@ -17,14 +17,17 @@ from suite.report.leaderboard import NOT_APPLICABLE, long_table, summary_table
 START, END = "<!-- results-table:start -->", "<!-- results-table:end -->"
 #: Methods named per problem in a tie group (the rest are counted).
 TOP = 3
+#: The longest row, so that the README has no line over 120 characters (tests/test_doc_lines.py).
+WIDTH = 120
 
 
 def _number(value: float) -> str:
     return "nan" if math.isnan(value) else f"{value:.3g}"
 
 
-def best_cell(table: pd.DataFrame) -> str:
-    """The best method, or the methods tied for best (at most :data:`TOP` named), with their means."""
+def best_cell(table: pd.DataFrame, width: int | None = None) -> str:
+    """The best method, or the methods tied for best (at most :data:`TOP` named, fewer where ``width``, the cell's
+    room in characters, runs out), with their means."""
     tied = table[table["tied_with_best"]] if "tied_with_best" in table else table.iloc[:0]
     over = dict(zip(table["method"], table["over_budget"], strict=True)) if "over_budget" in table else {}
     cells = [
@@ -35,8 +38,12 @@ def best_cell(table: pd.DataFrame) -> str:
         return "-"
     if len(cells) == 1:
         return f"{cells[0]} (separated)"
-    more = f", +{len(cells) - TOP} more" if len(cells) > TOP else ""
-    return f"tied: {', '.join(cells[:TOP])}{more}"
+    for named in range(min(TOP, len(cells)), 0, -1):
+        more = f", +{len(cells) - named} more" if len(cells) > named else ""
+        text = f"tied: {', '.join(cells[:named])}{more}"
+        if width is None or len(text) <= width or named == 1:
+            return text
+    raise AssertionError("unreachable: one name is always shown")
 
 
 def _seeds(records: list[dict[str, Any]], problem: str) -> str:
@@ -56,7 +63,7 @@ def results_table(records: list[dict[str, Any]]) -> str:
     records = [r for r in records if r.get("status") != NOT_APPLICABLE]
     long = long_table(records)
     lines = [
-        "| problem | main metric | budget | best, or tied for best (mean over seeds) | seeds | methods |",
+        "| problem | main metric (better) | budget | best, or tied for best (mean over seeds) | seeds | methods |",
         "|---|---|---|---|---|---|",
     ]
     for problem in sorted(long["problem"].unique()):
@@ -67,9 +74,10 @@ def results_table(records: list[dict[str, Any]]) -> str:
         budget = f"{budgets.pop():.3g} s" if len(budgets) == 1 and None not in budgets else "iterations"
         metric = table.attrs["main_metric"]
         direction = "higher" if metric in table.attrs.get("higher_is_better", []) else "lower"
-        row = [f"`{problem}`", f"{metric} ({direction} is better)", budget, best_cell(table)]
-        row += [_seeds(records, problem), str(len(table))]
-        lines.append("| " + " | ".join(row) + " |")
+        head = [f"`{problem}`", f"{metric} ({direction})", budget]
+        tail = [_seeds(records, problem), str(len(table))]
+        room = WIDTH - len("| " + " | ".join([*head, "", *tail]) + " |")
+        lines.append("| " + " | ".join([*head, best_cell(table, room), *tail]) + " |")
     return "\n".join(lines) + "\n"
 
 

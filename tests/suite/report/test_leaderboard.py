@@ -79,6 +79,8 @@ def test_exact_reference_is_labelled_and_kl_metrics_follow_cross_entropy(tmp_pat
         }
     assert reference_kind(exact, "sas") == "exact"
     assert reference_kind(RECORDS, "sas") is None  # records without a reference entry get no label
+    quadrature = [{**rec, "reference": {"kind": "estimated", "evidence_used": "quadrature"}} for rec in exact]
+    assert reference_kind(quadrature, "sas") == "exact model probabilities (quadrature), estimated draws"
     table = write_leaderboards(exact, tmp_path)["sas"]
     columns = [c for c in table.columns if c in ("cross_entropy", "kl_joint", "kl_reverse")]
     assert columns == ["cross_entropy", "kl_joint", "kl_reverse"]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from suite.report.leaderboard import NOT_APPLICABLE
+from suite.report.leaderboard import NOT_APPLICABLE, long_table, summary_table
 from suite.report.readme_table import END, START, best_cell, replace_block, results_table
 
 
@@ -45,9 +45,7 @@ def test_the_table_ranks_methods_by_the_main_metric_and_states_the_budget() -> N
     ]
     lines = results_table(records).splitlines()
     # one seed of b, c and d: nothing can be separated from the best mean (b), so all four tie; 3 are named
-    assert lines[2] == (
-        "| `sas` | model_prob_tv (lower is better) | 4 s | tied: `b` 0.05, `a` 0.2, `c` 0.5, +1 more | 1-2 | 4 |"
-    )
+    assert lines[2] == ("| `sas` | model_prob_tv (lower) | 4 s | tied: `b` 0.05, `a` 0.2, `c` 0.5, +1 more | 1-2 | 4 |")
     separated = [_record("sas", m, seed, tv + 0.001 * seed) for m, tv in (("a", 0.1), ("b", 0.3)) for seed in range(3)]
     assert "| `b`" not in results_table(separated) and "| `a` 0.101 (separated) | 3 | 2 |" in results_table(separated)
 
@@ -76,3 +74,15 @@ def test_a_tied_run_over_budget_is_marked() -> None:
         {"method": ["a", "b"], "ranked_mean": [0.1, 0.12], "tied_with_best": [True, True], "over_budget": [0, 2]}
     )
     assert best_cell(table) == "tied: `a` 0.1, `b` 0.12 (over budget)"
+
+
+def test_a_long_tie_group_names_fewer_methods_so_that_its_row_fits_120_characters() -> None:
+    # seeds spread far more than the methods differ: all six are tied
+    names = [f"a-method-with-a-long-name-{i}" for i in range(6)]
+    records = [
+        _record("sas", name, seed, 0.1 + 0.001 * i + 0.05 * seed) for i, name in enumerate(names) for seed in (0, 1)
+    ]
+    row = results_table(records).splitlines()[2]
+    assert len(row) <= 120 and "more" in row and "a-method-with-a-long-name-0" in row
+    table = summary_table(long_table(records), "sas", records)
+    assert best_cell(table, width=10).startswith("tied: `a-method-with-a-long-name-0`")  # always one name
