@@ -10,22 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 WIDTH = 120
 #: Table rows that cannot fit: (file, the row's first cell) -> why.
-LONG_TABLE_ROWS = {
-    **{
-        (
-            "docs/measurements/testing-history.md",
-            f"`{test_id}`",
-        ): "a test id as pytest prints it, over 100 characters by itself"
-        for test_id in (
-            "suite/test_plugin_example.py::test_clashing_and_broken_plugins_are_said_once_and_named_when_asked_for",
-            "suite/test_packaging.py::test_an_installed_wheel_scores_against_the_shipped_references_as_the_checkout_does",
-            "suite/run/test_dask_executor.py::test_a_run_whose_worker_keeps_dying_is_recorded_as_failed_and_the_grid_goes_on",
-            "methods/vti/test_balance.py::test_balanced_losses_find_the_true_number_of_gmm_components[vti-mcg]",
-            "methods/vti/test_balance.py::test_balanced_losses_find_the_true_number_of_gmm_components[vti-surrogate]",
-            "suite/report/test_terminal.py::test_the_default_runs_records_print_within_120_columns_unless_wide",
-        )
-    },
-}
+LONG_TABLE_ROWS: dict[tuple[str, str], str] = {}
 #: Other lines that cannot be wrapped: (file, how the line starts) -> why.
 LONG_LINES = {
     ("docs/plugins.md", "tdbench: method 'trj' from distribution"): "the tool's message, quoted exactly",
