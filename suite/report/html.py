@@ -252,8 +252,9 @@ def _overview(
         }
         colours = _colours(values, higher)
         over = {m for m in values if int(table.loc[m].get("over_budget", 0) or 0)}
+        over |= {m for m in values if int(table.loc[m].get("unreliable", 0) or 0)}
         tied = set(table.index[table["tied_with_best"]]) if "tied_with_best" in table.columns else set()
-        best = {m for m in values if m in tied and m not in over}  # an over-budget run is never starred
+        best = {m for m in values if m in tied and m not in over}  # never starred: over budget, or unreliable
         cells = []
         for method in methods:
             computed = is_computed_nan(tables[problem], method, column)
@@ -272,6 +273,8 @@ def _overview(
         '<span class="partial">&#9888; k</span> k runs failed; '
         '<span class="over">over budget</span> a run overshot the time budget by more than 10% (never '
         "starred; scored by what it had estimated by the budget); "
+        '<span class="over">unreliable</span> a run\'s estimate in nats has a Monte Carlo error over 1 nat and 10% of '
+        "its value (never starred; docs/metrics.md); "
         "<span>&middot;</span> not run; -: the method does not compute the metric. Values: the mean over seeds of "
         "the main metric at the common budget when the problem's runs share one, else of its final value (the "
         "number the leaderboards rank by).</p>"
@@ -362,6 +365,10 @@ def _matrix_cell(
     if late:
         partial += ' <span class="over">over budget</span>'
         tip += f"; {late} run{'s' if late != 1 else ''} over the time budget (scored by its estimates at the budget)"
+    unsure = int(row.get("unreliable", 0) or 0)
+    if unsure:
+        partial += ' <span class="over">unreliable</span>'
+        tip += f"; {unsure} run{'s' if unsure != 1 else ''} with an estimate its own Monte Carlo error dominates"
     if failed:
         partial = f' <span class="partial">&#9888; {failed}</span>'
         tip += f"; {failed} failed: {row['failure_reasons']}"

@@ -174,6 +174,7 @@ def summary_table(long: pd.DataFrame, problem: str, records: list[dict[str, Any]
     metrics += sorted(set(sub["metric"]) - set(metrics) - {"status"})
     out = []
     nan_cells: set[tuple[str, str]] = set()
+    main = main_metric(problem, records)
     for method, group in sub.groupby("method", sort=True):
         ok = group[group["status"] == "ok"]
         failed = group[~group["status"].isin(["ok", NOT_APPLICABLE])]
@@ -196,13 +197,17 @@ def summary_table(long: pd.DataFrame, problem: str, records: list[dict[str, Any]
             for rec in records
             if rec["problem"] == problem and rec["method"] == method and rec["status"] == "ok" and over_budget(rec)
         )
+        main_values = ok[ok["metric"] == main]
+        row["unreliable"] = sum(
+            schema.is_unreliable(main, v, s) for v, s in zip(main_values["value"], main_values["se"], strict=True)
+        )
         reasons = sorted(set(failed["reason"].dropna()))
         row["failure_reasons"] = shown_reason("; ".join(reasons))
         not_applicable = sorted(set(group.loc[group["status"] == NOT_APPLICABLE, "reason"].dropna()))
         row["not_applicable"] = shown_reason("; ".join(not_applicable))
         out.append(row)
     table = pd.DataFrame(out)
-    key = main_metric(problem, records)
+    key = main
     higher = higher_is_better(problem, records)
     if table.empty:
         return table
@@ -540,6 +545,9 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
     if "over_budget" in table and table["over_budget"].gt(0).any():
         pairs = zip(table["over_budget"], table["runs"], strict=True)
         shown["over_budget"] = [f"{k}/{n}" if k else "" for k, n in pairs]
+    if "unreliable" in table and table["unreliable"].gt(0).any():
+        pairs = zip(table["unreliable"], table["runs"], strict=True)
+        shown["unreliable"] = [f"{k}/{n}" if k else "" for k, n in pairs]
     if table["failure_reasons"].str.len().gt(0).any():
         shown["failure_reasons"] = table["failure_reasons"]
     if "not_applicable" in table and table["not_applicable"].str.len().gt(0).any():

@@ -30,8 +30,11 @@ def best_cell(table: pd.DataFrame, width: int | None = None) -> str:
     room in characters, runs out), with their means."""
     tied = table[table["tied_with_best"]] if "tied_with_best" in table else table.iloc[:0]
     over = dict(zip(table["method"], table["over_budget"], strict=True)) if "over_budget" in table else {}
+    unsure = dict(zip(table["method"], table["unreliable"], strict=True)) if "unreliable" in table else {}
     cells = [
-        f"`{m}` {_number(float(v))}" + (" (over budget)" if over.get(m) else "")
+        f"`{m}` {_number(float(v))}"
+        + (" (over budget)" if over.get(m) else "")
+        + (f" ({int(unsure[m])} unreliable)" if unsure.get(m) else "")
         for m, v in zip(tied["method"], tied["ranked_mean"], strict=True)
     ]
     if not cells:

@@ -83,6 +83,7 @@ def format_problem(problem: str, table: pd.DataFrame, reference: str | None = No
         method = str(row["method"])
         runs = f"{int(row['runs'])}" + (f" ({int(row['failed'])} failed)" if row["failed"] else "")
         runs += f" ({int(row['over_budget'])} over budget)" if row.get("over_budget", 0) else ""
+        runs += f" ({int(row['unreliable'])} unreliable)" if row.get("unreliable", 0) else ""
         rank = format_rank(row.get("rank_low"), row.get("rank_high"))
         rank = f"={rank}" if row.get("tied_with_best") else rank
         main_cell = _mean_se(table, row, main)

@@ -81,6 +81,27 @@ DESCRIPTIVE_METRICS: frozenset[str] = frozenset({"expected_k"})
 LOWER_IS_BETTER: frozenset[str] = frozenset(METRIC_BOUNDS) - HIGHER_IS_BETTER - DESCRIPTIVE_METRICS
 
 
+#: Metrics measured in nats whose per-run estimate carries its own Monte Carlo error (``se``).
+NATS_METRICS: frozenset[str] = frozenset({"neg_elbo", "cross_entropy", "kl_joint", "kl_reverse"})
+#: An estimate in nats is unreliable when its own Monte Carlo error is over both of these: it cannot resolve the
+#: differences of a nat or less that the leaderboards compare, nor its own size to 10% (a few draws dominate it).
+UNRELIABLE_SE_NATS = 1.0
+UNRELIABLE_SE_SHARE = 0.1
+
+
+def is_unreliable(metric: str, value: Any, se: Any) -> bool:
+    """Whether a run's estimate of ``metric`` is dominated by its own Monte Carlo error (shown, never starred).
+
+    >>> is_unreliable("neg_elbo", 1901.2, 1819.3), is_unreliable("neg_elbo", 32.5, 0.4)
+    (True, False)
+    >>> is_unreliable("model_prob_tv", 0.1, 2.0)  # not in nats: its se is the reference's error
+    False
+    """
+    if metric not in NATS_METRICS or not (_number(value) and _number(se)):
+        return False
+    return math.isfinite(value) and se > UNRELIABLE_SE_NATS and se > UNRELIABLE_SE_SHARE * abs(value)
+
+
 def metric_is_higher_better(metric: str, stated: frozenset[str] | set[str] = frozenset()) -> bool:
     """Whether higher is better for ``metric``: the suite's registry for its own metrics, else ``stated`` (facts).
 

@@ -70,3 +70,22 @@ def test_terminal_csv_page_and_readme_agree_on_every_ranked_value(tmp_path: Path
             assert float(rows[row["method"]][header.index(metric)]) == pytest.approx(ranked, rel=1e-9)
             checked += 1
     assert checked >= 60
+
+
+def test_a_run_its_own_monte_carlo_error_dominates_is_marked_unreliable_everywhere_and_never_starred(
+    tmp_path: Path,
+) -> None:
+    """funnel and eight-schools: one `mif` seed's -ELBO is about 1,900 ± 1,850 (its own Monte Carlo error)."""
+    records = load_records(quick_records_dir().parent)
+    long = long_table(records)
+    page = render_page(records, tmp_path)
+    cells = overview_cells(page)
+    readme = results_table(records)
+    for problem in ("funnel", "eight-schools"):
+        table = summary_table(long, problem, records).set_index("method")
+        assert table.loc["mif", "unreliable"] == 1 and table.loc["iaf", "unreliable"] == 0
+        line = next(t for t in format_problem(problem, table.reset_index()) if t.startswith("mif "))
+        assert "(1 unreliable)" in line
+        assert "unreliable" in cells[(problem, "mif")] and "\u2605" not in cells[(problem, "mif")]
+        assert f"`{problem}`" in readme and "`mif` " in readme
+    assert readme.count("(1 unreliable)") == 2
