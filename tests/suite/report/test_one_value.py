@@ -69,7 +69,9 @@ def test_terminal_csv_page_and_readme_agree_on_every_ranked_value(tmp_path: Path
                 assert readme[(problem, row["method"])] == shown, (problem, row["method"])
             assert float(rows[row["method"]][header.index(metric)]) == pytest.approx(ranked, rel=1e-9)
             checked += 1
-    assert checked >= 60
+    # the fixture's 66 (problem, method) rows that ran (11 + 5 + 11 + 5 + 7 + 11 + 11 + 5), less dagma on
+    # linear-dag-d4, whose point estimate has no ranked value: the loop saw every ranked row
+    assert checked == 65
 
 
 def test_a_run_its_own_monte_carlo_error_dominates_is_marked_unreliable_everywhere_and_never_starred(
